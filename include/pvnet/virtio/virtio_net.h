@@ -1,0 +1,60 @@
+// virtio-net wire formats: VIRTIO 1.2 "Network Device" (5.1): the per-packet
+// header and the device configuration layout.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "pvnet/virtio/le.h"
+
+namespace pvnet::virtio {
+
+inline constexpr uint8_t VIRTIO_NET_HDR_F_NEEDS_CSUM = 1;
+inline constexpr uint8_t VIRTIO_NET_HDR_F_DATA_VALID = 2;
+inline constexpr uint8_t VIRTIO_NET_HDR_F_RSC_INFO = 4;
+
+inline constexpr uint8_t VIRTIO_NET_HDR_GSO_NONE = 0;
+inline constexpr uint8_t VIRTIO_NET_HDR_GSO_TCPV4 = 1;
+inline constexpr uint8_t VIRTIO_NET_HDR_GSO_UDP = 3;
+inline constexpr uint8_t VIRTIO_NET_HDR_GSO_TCPV6 = 4;
+inline constexpr uint8_t VIRTIO_NET_HDR_GSO_UDP_L4 = 5;
+inline constexpr uint8_t VIRTIO_NET_HDR_GSO_ECN = 0x80;
+
+/// With VIRTIO_F_VERSION_1 the header always carries num_buffers (5.1.6).
+struct virtio_net_hdr {
+    uint8_t flags;
+    uint8_t gso_type;
+    Le16 hdr_len;
+    Le16 gso_size;
+    Le16 csum_start;
+    Le16 csum_offset;
+    Le16 num_buffers;
+};
+static_assert(sizeof(virtio_net_hdr) == 12);
+static_assert(offsetof(virtio_net_hdr, hdr_len) == 2 && offsetof(virtio_net_hdr, gso_size) == 4 &&
+              offsetof(virtio_net_hdr, csum_start) == 6 &&
+              offsetof(virtio_net_hdr, csum_offset) == 8 &&
+              offsetof(virtio_net_hdr, num_buffers) == 10);
+
+inline constexpr uint16_t VIRTIO_NET_S_LINK_UP = 1;
+
+struct virtio_net_config {
+    uint8_t mac[6];
+    Le16 status;
+    Le16 max_virtqueue_pairs;
+    Le16 mtu;
+    Le32 speed;
+    uint8_t duplex;
+    uint8_t rss_max_key_size;
+    Le16 rss_max_indirection_table_length;
+    Le32 supported_hash_types;
+};
+static_assert(offsetof(virtio_net_config, status) == 6);
+static_assert(offsetof(virtio_net_config, max_virtqueue_pairs) == 8);
+static_assert(offsetof(virtio_net_config, mtu) == 10);
+static_assert(offsetof(virtio_net_config, speed) == 12);
+static_assert(offsetof(virtio_net_config, duplex) == 16);
+static_assert(offsetof(virtio_net_config, supported_hash_types) == 20);
+static_assert(sizeof(virtio_net_config) == 24);
+
+}  // namespace pvnet::virtio
