@@ -96,6 +96,14 @@ struct SplitRingLayout {
     static constexpr std::size_t avail_event_off(uint32_t size) noexcept { return 4u + 8u * size; }
 };
 
+/// A typed pointer to a ring field at `off` bytes into a ring part. The one
+/// place ring code turns raw ring bytes into a field pointer; alignment is
+/// checked by the caller at setup.
+template <typename T>
+inline T* field_at(std::byte* base, std::size_t off) noexcept {
+    return reinterpret_cast<T*>(base + off);
+}
+
 static_assert(SplitRingLayout::used_event_off(256) == 516);
 static_assert(SplitRingLayout::avail_event_off(256) == 2052);
 

@@ -1,0 +1,153 @@
+// SplitDeviceQueue: the backend's side of a split virtqueue (VIRTIO 1.2
+// 2.7.13 "Receiving Used Buffers From The Device" seen from the device, and
+// Linux drivers/vhost/vhost.c vhost_get_vq_desc / vhost_add_used_n /
+// vhost_notify / vhost_enable_notify).
+//
+// The whole ring is hostile: every head, next, length, address and flag is
+// read once into a local, validated, and only then used. A ring rule broken
+// marks the queue broken (sticky until reset(): the device would set
+// DEVICE_NEEDS_RESET), counts the reason and logs once.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "pvnet/mem/memory_table.h"
+#include "pvnet/ring/ring_error.h"
+#include "pvnet/ring/ring_idx.h"
+#include "pvnet/ring/event_idx.h"
+#include "pvnet/ring/split_ring.h"
+#include "pvnet/util/counters.h"
+#include "pvnet/util/result.h"
+
+namespace pvnet::ring {
+
+/// Host pieces one chain may map to (Linux UIO_MAXIOV).
+inline constexpr std::size_t kMaxIov = 1024;
+
+/// A popped descriptor chain: device-readable pieces first, then writable.
+struct DescChain {
+    uint16_t head = 0;
+    uint16_t out_num = 0;  ///< readable iovecs (vhost's out)
+    uint16_t in_num = 0;   ///< writable iovecs (vhost's in)
+    uint32_t out_bytes = 0;
+    uint32_t in_bytes = 0;
+    std::array<iovec, kMaxIov> iov{};
+
+    std::span<const iovec> readable() const noexcept { return {iov.data(), out_num}; }
+    std::span<const iovec> writable() const noexcept {
+        return {iov.data() + out_num, in_num};
+    }
+};
+
+struct UsedElem {
+    uint16_t id = 0;
+    uint32_t len = 0;
+};
+
+enum class PopStatus : uint8_t { Ok, Empty, Broken };
+
+struct DeviceQueueConfig {
+    SplitRingAddrs addrs;
+    bool event_idx = false;        ///< VIRTIO_RING_F_EVENT_IDX
+    bool indirect = false;         ///< VIRTIO_RING_F_INDIRECT_DESC
+    bool notify_on_empty = false;  ///< VIRTIO_F_NOTIFY_ON_EMPTY
+};
+
+struct DeviceQueueStats {
+    RingErrorCounters errors;
+    Counter pops;
+    Counter pushes;
+    Counter used_publishes;      ///< release-stores of used.idx (one per burst)
+    Counter signals_needed;      ///< should_signal() said yes
+    Counter signals_suppressed;  ///< ... said no (EVENT_IDX or NO_INTERRUPT)
+    Counter notify_rechecks;     ///< enable_notify() found new buffers
+};
+
+class SplitDeviceQueue {
+public:
+    /// Maps and validates the ring. The table must outlive the queue.
+    static Result<std::unique_ptr<SplitDeviceQueue>, RingError> create(
+        const mem::MemoryTable& table, const DeviceQueueConfig& cfg) noexcept;
+
+    /// Pops the next available chain into `chain`, validated: every iovec
+    /// lies inside mapped memory with the access its direction needs.
+    PopStatus pop(DescChain& chain) noexcept;
+    /// Gives back the last `n` popped chains, unused (vhost_discard_vq_desc).
+    void unpop(uint16_t n) noexcept;
+
+    /// Stages a used entry; the driver sees it after flush_used().
+    Status<RingError> add_used(uint16_t id, uint32_t len) noexcept;
+    /// Publishes all staged entries with one release-store of used.idx.
+    void flush_used() noexcept;
+    /// add_used + flush_used.
+    Status<RingError> push_used(uint16_t id, uint32_t len) noexcept;
+    /// Stages and publishes a batch; stops at the first bad entry.
+    Status<RingError> push_used_batch(std::span<const UsedElem> elems) noexcept;
+
+    /// Whether the driver wants an interrupt for what was published since
+    /// the last decision (vhost_notify): EVENT_IDX's used_event, else the
+    /// NO_INTERRUPT flag; NOTIFY_ON_EMPTY overrides when the ring ran dry.
+    bool should_signal() noexcept;
+
+    /// Asks the driver not to kick (the device is polling).
+    void disable_notify() noexcept;
+    /// Re-arms kicks, then re-checks avail.idx. True: buffers arrived in the
+    /// window, so keep going (and disable again) instead of sleeping.
+    bool enable_notify() noexcept;
+
+    /// Available chains not yet popped, as last observed (0 when broken).
+    uint16_t pending() noexcept;
+
+    bool broken() const noexcept { return broken_; }
+    /// First error that broke the queue (meaningful when broken()).
+    RingError broken_reason() const noexcept { return broken_reason_; }
+    /// Forgets all state (the driver reset the device); ring memory untouched.
+    void reset() noexcept;
+
+    uint16_t size() const noexcept { return ptrs_.size; }
+    RingIdx last_avail_idx() const noexcept { return last_avail_idx_; }
+    RingIdx used_idx() const noexcept { return used_idx_; }
+    const DeviceQueueStats& stats() const noexcept { return stats_; }
+
+private:
+    SplitDeviceQueue(const mem::MemoryTable& table, const DeviceQueueConfig& cfg,
+                     const SplitRingPtrs& ptrs);
+    PopStatus fail(RingError e) noexcept;
+    bool reject(RingError e) noexcept {
+        fail(e);
+        return false;
+    }
+    bool observe_avail() noexcept;
+    bool walk_chain(uint16_t head, DescChain& chain) noexcept;
+    bool append_desc(uint64_t gpa, uint32_t len, bool writable, DescChain& chain,
+                     uint64_t& total) noexcept;
+    bool inflight(uint16_t id) const noexcept {
+        return (inflight_bits_[id / 64] >> (id % 64)) & 1u;
+    }
+
+    const mem::MemoryTable& table_;
+    SplitRingPtrs ptrs_;
+    bool event_idx_;
+    bool indirect_;
+    bool notify_on_empty_;
+
+    RingIdx last_avail_idx_;
+    RingIdx shadow_avail_idx_;  ///< avail.idx as last observed
+    RingIdx used_idx_;          ///< published used.idx
+    uint16_t staged_ = 0;       ///< used entries written, not yet published
+    SignalledUsed signalled_used_;
+    bool broken_ = false;
+    RingError broken_reason_ = RingError::Count;
+
+    std::unique_ptr<uint64_t[]> inflight_bits_;      ///< popped, not pushed
+    std::unique_ptr<uint32_t[]> inflight_in_bytes_;  ///< writable bytes per head
+    std::unique_ptr<uint16_t[]> popped_heads_;       ///< head per avail slot, for unpop
+    DeviceQueueStats stats_;
+};
+
+}  // namespace pvnet::ring

@@ -1,0 +1,55 @@
+// What a peer (or our caller) did wrong to a virtqueue. Every value has a
+// counter; the ring-rule values also mark the queue broken (NEEDS_RESET).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "pvnet/util/counters.h"
+
+namespace pvnet::ring {
+
+enum class RingError : uint8_t {
+    // Setup (VIRTIO 1.2 2.7: size, alignment, placement).
+    BadQueueSize,          ///< zero, not a power of two, or above the maximum
+    RingMisaligned,        ///< desc/avail/used not 16/2/4-aligned
+    RingUnmapped,          ///< a ring part not wholly inside one region
+    // Device side: the driver broke a ring rule.
+    AvailIdxJump,          ///< avail.idx moved more than the queue size
+    HeadOutOfRange,        ///< avail ring head >= queue size
+    HeadInflight,          ///< head made available again before it was used
+    NextOutOfRange,        ///< desc.next >= table length
+    ChainTooLong,          ///< more descriptors than the queue size: a loop
+    IndirectNotNegotiated, ///< INDIRECT flag without VIRTIO_RING_F_INDIRECT_DESC
+    IndirectWithNext,      ///< INDIRECT and NEXT on one descriptor
+    NestedIndirect,        ///< INDIRECT inside an indirect table
+    IndirectBadLen,        ///< table length 0, not a multiple of 16, or too long
+    IndirectUnmapped,      ///< table not wholly inside one region
+    AddrUnmapped,          ///< buffer outside every region
+    AddrOverflow,          ///< addr + len wraps 64 bits
+    AddrAccessDenied,      ///< device write to read-only memory
+    ZeroLength,            ///< a data descriptor of zero bytes
+    ChainOver4GiB,         ///< total chain length above 2^32 - 1
+    ReadableAfterWritable, ///< device-readable descriptor after a writable one
+    TooManyIovs,           ///< chain needs more than kMaxIov host pieces
+    // Driver side: the device broke a ring rule.
+    UsedIdxJump,           ///< used.idx moved past what is in flight
+    UsedIdOutOfRange,      ///< used elem id >= queue size
+    UsedIdNotInflight,     ///< used elem id not made available
+    UsedLenTooLong,        ///< used len above the writable bytes posted
+    // Caller errors (pvnet's own bug; counted, queue left alone).
+    PushIdNotInflight,     ///< push of an id the device did not pop
+    PushLenTooLong,        ///< push len above the chain's writable bytes
+    Count
+};
+
+std::string_view to_string(RingError e) noexcept;
+
+/// True for the errors that mean the peer broke the ring: the queue stops.
+constexpr bool breaks_queue(RingError e) noexcept {
+    return e != RingError::PushIdNotInflight && e != RingError::PushLenTooLong;
+}
+
+using RingErrorCounters = CounterArray<RingError>;
+
+}  // namespace pvnet::ring
