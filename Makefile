@@ -1,0 +1,108 @@
+# pvnet — developer and CI entry points. See README.md.
+#
+#   make            release + asan + fuzz builds (the default goal, `build`)
+#   make test       deps, all builds, ctest (release, asan), fuzz each target
+#   make run        deps, release build, then $(RUN_CMD)
+#   make deps       install missing Debian packages (no-op when all present)
+#
+# Variables (override on the command line, e.g. `make test FUZZ_SECONDS=10`):
+#   FUZZ_SECONDS    seconds per fuzz target in `make test` (default 60)
+#   FUZZ_ARGS       extra libFuzzer flags (default -timeout=10: a slow input is a hang)
+#   JOBS            parallel build and ctest jobs (default 2)
+#   CTEST_TIMEOUT   per-test timeout in seconds (default 600)
+#   ASAN_CTEST_ARGS extra ctest args for the ASan run (default -LE slow)
+#   RUN_CMD         what `make run` executes after the release build
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+BUILD_ROOT      ?= build
+FUZZ_SECONDS    ?= 60
+FUZZ_ARGS       ?= -timeout=10
+JOBS            ?= 2
+CTEST_TIMEOUT   ?= 600
+ASAN_CTEST_ARGS ?= -LE slow
+RUN_CMD         ?= ./$(BUILD_ROOT)/release/src/bench/micro/pvnet-microbench --benchmark_min_time=0.05
+
+RELEASE_DIR := $(BUILD_ROOT)/release
+ASAN_DIR    := $(BUILD_ROOT)/asan
+FUZZ_DIR    := $(BUILD_ROOT)/fuzz
+CORPUS_DIR  := tests/fuzz/corpus
+
+DEB_PACKAGES := build-essential cmake ninja-build g++ clang-14 libclang-rt-14-dev llvm-14 \
+                libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev \
+                libfmt-dev
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+
+CTEST := ctest --output-on-failure --timeout $(CTEST_TIMEOUT) -j $(JOBS)
+
+.PHONY: all deps build release asan fuzz test test-release test-asan test-fuzz run clean
+
+all: build
+
+# A fresh machine's apt lists can be empty: update before installing, only when needed.
+deps:
+	@missing=""; \
+	for p in $(DEB_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q '^install ok installed$$' \
+	        || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	    echo "deps: installing$$missing"; \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	fi
+
+build: release asan fuzz
+
+release: deps
+	CXX=g++ cmake -S . -B $(RELEASE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(RELEASE_DIR) -j$(JOBS)
+
+asan: deps
+	CXX=g++ cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPVNET_SANITIZE=ON
+	cmake --build $(ASAN_DIR) -j$(JOBS)
+
+fuzz: deps
+	CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_DIR) -G Ninja \
+	    -DPVNET_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(FUZZ_DIR) -j$(JOBS)
+
+# Builds first (all three), then the test stages in order; the first failure stops make.
+test: build
+	$(MAKE) --no-print-directory test-release
+	$(MAKE) --no-print-directory test-asan
+	$(MAKE) --no-print-directory test-fuzz
+
+test-release:
+	cd $(RELEASE_DIR) && $(CTEST)
+
+test-asan:
+	cd $(ASAN_DIR) && $(CTEST) $(ASAN_CTEST_ARGS)
+
+# Every executable named fuzz_* in the fuzz build is fuzzed; nothing to list here.
+# libFuzzer writes new inputs into the first corpus dir, so it gets a scratch copy
+# (build/fuzz/corpus-new/<name>) and the committed corpus is never modified.
+test-fuzz:
+	@set -u; \
+	targets=$$(find $(FUZZ_DIR)/tests/fuzz -maxdepth 1 -type f -name 'fuzz_*' -perm -u+x 2>/dev/null | sort); \
+	if [ -z "$$targets" ]; then echo "test-fuzz: no fuzz_* targets in $(FUZZ_DIR)/tests/fuzz"; exit 0; fi; \
+	n=0; \
+	for bin in $$targets; do \
+	    name=$$(basename "$$bin"); name=$${name#fuzz_}; \
+	    work=$(FUZZ_DIR)/corpus-new/$$name; art=$(FUZZ_DIR)/artifacts/$$name; \
+	    mkdir -p "$$work" "$$art"; \
+	    if [ -d "$(CORPUS_DIR)/$$name" ]; then cp -R "$(CORPUS_DIR)/$$name/." "$$work/"; fi; \
+	    echo "=== fuzz $$name: $(FUZZ_SECONDS)s over $$work"; \
+	    UBSAN_OPTIONS=print_stacktrace=1 "$$bin" -max_total_time=$(FUZZ_SECONDS) \
+	        -print_final_stats=1 -artifact_prefix="$$art/" $(FUZZ_ARGS) "$$work" \
+	        || { echo "test-fuzz: $$name FAILED (artifacts in $$art/)"; exit 1; }; \
+	    n=$$((n + 1)); \
+	done; \
+	echo "test-fuzz: $$n target(s) fuzzed for $(FUZZ_SECONDS)s each, no crash"
+
+run: release
+	$(RUN_CMD)
+
+clean:
+	rm -rf $(BUILD_ROOT)

@@ -1,0 +1,38 @@
+# pvnet_add_test(NAME <name> SOURCES <files...> LIBS <libs...> [LABELS <labels...>])
+#
+# One GoogleTest executable per call, linked with GTest::gtest_main (and gmock) plus LIBS.
+# gtest_discover_tests registers every TEST/TEST_P case as its own ctest test, so ctest
+# counts cases, not binaries. LABELS (e.g. `slow`, `netns`) let make and ctest select
+# tests: the ASan run in `make test` excludes `slow`.
+include_guard(GLOBAL)
+include(GoogleTest)
+
+function(pvnet_add_test)
+  cmake_parse_arguments(PARSE_ARGV 0 ARG "" "NAME" "SOURCES;LIBS;LABELS")
+  if(NOT ARG_NAME OR NOT ARG_SOURCES)
+    message(FATAL_ERROR "pvnet_add_test: NAME and SOURCES are required")
+  endif()
+  if(ARG_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "pvnet_add_test(${ARG_NAME}): unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
+  endif()
+
+  add_executable(${ARG_NAME} ${ARG_SOURCES})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS} GTest::gmock GTest::gtest_main
+                                            Threads::Threads)
+  # Tests may include helpers that sit beside them (e.g. tests/ring/ring_builder.h).
+  target_include_directories(${ARG_NAME} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+
+  gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60 TEST_LIST ${ARG_NAME}_TESTS)
+
+  # gtest_discover_tests(... PROPERTIES LABELS a;b) splits the list (CMake 3.25), so labels
+  # are set by a script ctest includes after the discovered tests (same TEST_INCLUDE_FILES
+  # order), over the list discovery recorded.
+  if(ARG_LABELS)
+    set(labels_file "${CMAKE_CURRENT_BINARY_DIR}/${ARG_NAME}_labels.cmake")
+    file(WRITE "${labels_file}"
+         "if(${ARG_NAME}_TESTS)\n"
+         "  set_tests_properties(\${${ARG_NAME}_TESTS} PROPERTIES LABELS \"${ARG_LABELS}\")\n"
+         "endif()\n")
+    set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${labels_file}")
+  endif()
+endfunction()
