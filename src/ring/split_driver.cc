@@ -211,13 +211,16 @@ bool SplitDriverQueue::get_used(UsedBuf& out) noexcept {
 }
 
 void SplitDriverQueue::disable_cb() noexcept {
+    if (broken_) return;
     cb_enabled_ = false;
-    // With EVENT_IDX the device ignores the flag; it may interrupt once more
-    // when it crosses the last used_event, which NAPI tolerates.
-    store_event(ptrs_.avail_flags, virtio::VIRTQ_AVAIL_F_NO_INTERRUPT);
+    // With EVENT_IDX flags must stay 0 (2.7.10.1); used_event stops moving
+    // (get_used leaves it alone), so the device interrupts at most once more,
+    // when it crosses the last one — NAPI tolerates that.
+    if (!event_idx_) store_event(ptrs_.avail_flags, virtio::VIRTQ_AVAIL_F_NO_INTERRUPT);
 }
 
 RingIdx SplitDriverQueue::enable_cb_prepare() noexcept {
+    if (broken_) return last_used_idx_;
     cb_enabled_ = true;
     if (event_idx_) {
         store_event(ptrs_.used_event, last_used_idx_.value());
@@ -241,6 +244,7 @@ bool SplitDriverQueue::poll(RingIdx last_used) noexcept {
 bool SplitDriverQueue::enable_cb() noexcept { return !poll(enable_cb_prepare()); }
 
 bool SplitDriverQueue::enable_cb_delayed() noexcept {
+    if (broken_) return true;
     cb_enabled_ = true;
     // Interrupt when 3/4 of what is outstanding has been used.
     const auto bufs = static_cast<uint16_t>(in_flight() * 3u / 4u);
@@ -249,7 +253,6 @@ bool SplitDriverQueue::enable_cb_delayed() noexcept {
     } else {
         store_event(ptrs_.avail_flags, 0);
     }
-    if (broken_) return true;
     // ORDER: full fence, as in poll(): used_event before the used.idx re-read.
     full_fence();
     if (distance(last_used_idx_, observe_idx(ptrs_.used_idx)) > bufs) {
