@@ -10,6 +10,8 @@
 #include <exception>
 #include <string>
 
+#include "app_commands.h"
+
 namespace pvnet::app {
 namespace {
 
@@ -32,6 +34,9 @@ int run(int argc, char** argv) {
     app.require_subcommand(0, 1);  // an unknown word then reads "not expected: <word>"
 
     add_version_command(app);
+    CLI::App* bench = app.add_subcommand("bench", "Run an experiment (see DESIGN.md, bench layer)");
+    bench->require_subcommand(1);
+    add_bench_pvp(*bench);
 
     try {
         app.parse(argc, argv);

@@ -1,0 +1,59 @@
+// The PVP experiment (physical → virtual → physical), as seed 001's test
+// runs it: a backend-side generator floods frames into the rx ring
+// (handle_rx), the guest forwards each frame back out of its tx queue (io
+// forwarding), handle_tx hands it to a sink that checks order, loss and
+// payload. Both handlers share one worker thread, so the packet and byte
+// weights decide how the worker's time splits between rx and tx.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pvnet/backend/vhost_net.h"
+
+namespace pvnet::bench {
+
+struct PvpConfig {
+    uint32_t frame_bytes = 64;
+    uint16_t queue_size = 256;
+    backend::Weight weight;     ///< handle_rx's weight
+    backend::Weight tx_weight;  ///< handle_tx's weight
+    backend::RunMode mode = backend::RunMode::Event;
+    bool event_idx = true;
+    double warmup_s = 0.2;
+    double seconds = 1.0;      ///< measured window
+    uint64_t frames = 0;       ///< if non-zero: stop after this many frames instead
+    int backend_cpu = 0;       ///< -1: not pinned
+    int frontend_cpu = 1;
+};
+
+struct PvpResult {
+    bool ok = false;           ///< no queue broke and every frame is accounted for
+    std::string error;
+    // Whole run (warm-up, window and drain).
+    uint64_t generated = 0;
+    uint64_t delivered = 0;    ///< frames the sink accepted
+    uint64_t drop_tx_full = 0; ///< guest forward found its tx ring full
+    uint64_t drop_other = 0;   ///< any other counted drop
+    uint64_t lost = 0, corrupt = 0, reordered = 0, duplicates = 0;
+    // Measured window.
+    double window_s = 0;
+    double mpps = 0;           ///< frames delivered per second / 1e6
+    double backend_cpu_ns_per_pkt = 0;   ///< thread CPU time
+    double frontend_cpu_ns_per_pkt = 0;
+    double backend_cycles_per_pkt = 0;   ///< CPU time × rdtsc rate
+    double frontend_cycles_per_pkt = 0;
+    double kicks_per_pkt = 0;            ///< rx + tx doorbells written by the guest
+    double interrupts_per_pkt = 0;       ///< rx + tx calls written by the backend
+    double rx_requeue_per_kpkt = 0;      ///< weight requeues per 1000 packets
+    double tx_requeue_per_kpkt = 0;
+    uint64_t rx_max_run_pkts = 0, tx_max_run_pkts = 0;
+};
+
+/// Runs one PVP measurement. Never throws.
+PvpResult run_pvp(const PvpConfig& cfg) noexcept;
+
+/// TSC ticks per nanosecond, calibrated once against CLOCK_MONOTONIC.
+double tsc_per_ns() noexcept;
+
+}  // namespace pvnet::bench

@@ -1,0 +1,98 @@
+// GenLoopPort: the backend-side port of the PVP experiment. Its receive
+// side is a FrameGen flood (a packet is always waiting: the traffic
+// generator offers frames as fast as the backend takes them); its send side
+// is a FrameSink that checks order, loss and payload of what the guest
+// forwarded back. Frames cross the rings behind a zeroed virtio_net_hdr.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <span>
+
+#include "pvnet/port/gen_port.h"
+#include "pvnet/virtio/virtio_net.h"
+
+namespace pvnet::port {
+
+class GenLoopPort {
+public:
+    static constexpr uint32_t kHdrBytes = sizeof(virtio::virtio_net_hdr);
+    /// iovecs a frame may span after the header is skipped.
+    static constexpr std::size_t kMaxPieces = 64;
+
+    explicit GenLoopPort(const FrameFormat& fmt) noexcept : gen_(fmt), sink_(fmt) {}
+
+    bool rx_pending() const noexcept { return !stopped_.load(std::memory_order_relaxed); }
+
+    /// Writes hdr + the next frame into `dst`; 0 if it does not fit.
+    uint32_t recv(std::span<const iovec> dst) noexcept {
+        if (dst.empty()) return 0;
+        if (dst[0].iov_len >= kHdrBytes + gen_.frame_bytes()) [[likely]] {
+            auto* p = static_cast<std::byte*>(dst[0].iov_base);
+            std::memset(p, 0, kHdrBytes);
+            const uint32_t n = gen_.write_frame(seq_, p + kHdrBytes,
+                                                static_cast<uint32_t>(dst[0].iov_len - kHdrBytes));
+            if (n != 0) ++seq_;
+            return n == 0 ? 0 : n + kHdrBytes;
+        }
+        std::array<iovec, kMaxPieces> rest;
+        const std::size_t k = skip_hdr(dst, rest, /*zero=*/true);
+        if (k == 0) return 0;
+        const uint32_t n = gen_.write_frame(seq_, std::span<const iovec>(rest.data(), k));
+        if (n != 0) ++seq_;
+        return n == 0 ? 0 : n + kHdrBytes;
+    }
+
+    /// Checks one forwarded packet (hdr + frame, `len` bytes).
+    bool send(std::span<const iovec> src, uint32_t len) noexcept {
+        if (len < kHdrBytes || src.empty()) return false;
+        SinkResult r;
+        if (src[0].iov_len >= len) [[likely]] {
+            r = sink_.check_frame(static_cast<const std::byte*>(src[0].iov_base) + kHdrBytes,
+                                  len - kHdrBytes);
+        } else {
+            std::array<iovec, kMaxPieces> rest;
+            const std::size_t k = skip_hdr(src, rest, /*zero=*/false);
+            r = sink_.check_frame(std::span<const iovec>(rest.data(), k), len - kHdrBytes);
+        }
+        return is_valid(r);
+    }
+
+    /// Ends the flood (from any thread); frames generated are [0, generated()),
+    /// read by the worker's owner once the worker is quiet.
+    void stop() noexcept { stopped_.store(true, std::memory_order_relaxed); }
+    uint64_t generated() const noexcept { return seq_; }
+    FrameGen& gen() noexcept { return gen_; }
+    FrameSink& sink() noexcept { return sink_; }
+
+private:
+    // Copies `src` minus its first kHdrBytes into `out` (zeroing the header
+    // bytes when generating); returns the piece count, 0 if it cannot.
+    static std::size_t skip_hdr(std::span<const iovec> src, std::array<iovec, kMaxPieces>& out,
+                                bool zero) noexcept {
+        std::size_t skip = kHdrBytes;
+        std::size_t k = 0;
+        for (const iovec& v : src) {
+            std::size_t off = 0;
+            if (skip != 0) {
+                off = skip < v.iov_len ? skip : v.iov_len;
+                if (zero) std::memset(v.iov_base, 0, off);
+                skip -= off;
+                if (off == v.iov_len) continue;
+            }
+            if (k == out.size()) return 0;
+            out[k++] = iovec{static_cast<std::byte*>(v.iov_base) + off, v.iov_len - off};
+        }
+        return skip == 0 ? k : 0;
+    }
+
+    FrameGen gen_;
+    FrameSink sink_;
+    uint64_t seq_ = 0;
+    std::atomic<bool> stopped_{false};
+};
+
+}  // namespace pvnet::port

@@ -1,0 +1,11 @@
+// Subcommand registration for the pvnet CLI.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace pvnet::app {
+
+/// `pvnet bench pvp`.
+void add_bench_pvp(CLI::App& bench);
+
+}  // namespace pvnet::app

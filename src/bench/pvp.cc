@@ -1,0 +1,235 @@
+// One PVP run: guest memory, two rings, a VhostNet worker with a
+// GenLoopPort, and a guest thread doing io forwarding.
+#include "pvnet/bench/pvp.h"
+
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "pvnet/frontend/virtio_net.h"
+#include "pvnet/mem/memory_region.h"
+#include "pvnet/port/gen_loop_port.h"
+#include "pvnet/util/thread.h"
+
+namespace pvnet::bench {
+namespace {
+
+constexpr uint64_t kGuestBase = 0x100000;
+
+uint64_t now_ns() noexcept {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t thread_cpu_ns(pthread_t t) noexcept {
+    clockid_t c;
+    if (pthread_getcpuclockid(t, &c) != 0) return 0;
+    timespec ts{};
+    clock_gettime(c, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+// Counters sampled at the edges of the measured window.
+struct Sample {
+    uint64_t t_ns, delivered, be_cpu, fe_cpu, kicks, irqs, rx_req, tx_req;
+};
+
+}  // namespace
+
+double tsc_per_ns() noexcept {
+    static const double rate = [] {
+        const uint64_t t0 = now_ns();
+        const uint64_t c0 = __rdtsc();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const uint64_t t1 = now_ns();
+        const uint64_t c1 = __rdtsc();
+        return static_cast<double>(c1 - c0) / static_cast<double>(t1 - t0);
+    }();
+    return rate;
+}
+
+PvpResult run_pvp(const PvpConfig& cfg) noexcept {
+    PvpResult res;
+    auto fmt = port::FrameFormat::create(cfg.frame_bytes);
+    if (!fmt) {
+        res.error = std::string(port::to_string(fmt.error()));
+        return res;
+    }
+    frontend::VirtioNetConfig fc;
+    fc.rx_size = fc.tx_size = cfg.queue_size;
+    fc.event_idx = cfg.event_idx;
+    const uint64_t area = frontend::VirtioNet::area_bytes(fc);
+
+    // The guest's memory and, separately mapped, the backend's view of it:
+    // the two sides share bytes, never pointers.
+    auto guest = mem::MemoryRegion::create(area, "pvnet-guest");
+    if (!guest) {
+        res.error = "guest memory";
+        return res;
+    }
+    auto host_view = mem::MemoryRegion::map_fd(dup(guest->fd()), guest->size(), 0);
+    if (!host_view) {
+        res.error = "backend mapping";
+        return res;
+    }
+    mem::MemoryTable guest_table, backend_table;
+    (void)guest_table.add(mem::GuestAddr(kGuestBase), guest->bytes());
+    (void)backend_table.add(mem::GuestAddr(kGuestBase), host_view->bytes());
+
+    auto rx_kick = notify::EventFd::create(), tx_kick = notify::EventFd::create();
+    auto rx_call = notify::EventFd::create(), tx_call = notify::EventFd::create();
+    if (!rx_kick || !tx_kick || !rx_call || !tx_call) {
+        res.error = "eventfd";
+        return res;
+    }
+    auto fe = frontend::VirtioNet::create(
+        guest_table, mem::GuestAddr(kGuestBase), guest->size(), fc,
+        frontend::VirtioNetFds{&*rx_kick, &*tx_kick, &*rx_call, &*tx_call});
+    if (!fe) {
+        res.error = "frontend setup";
+        return res;
+    }
+    port::GenLoopPort port(*fmt);
+    backend::VhostNetConfig bc;
+    bc.rx.addrs = (*fe)->rx_addrs();
+    bc.tx.addrs = (*fe)->tx_addrs();
+    bc.rx.event_idx = bc.tx.event_idx = cfg.event_idx;
+    bc.rx_weight = cfg.weight;
+    bc.tx_weight = cfg.tx_weight;
+    bc.mode = cfg.mode;
+    auto be = backend::VhostNet<port::GenLoopPort>::create(
+        backend_table, bc, backend::VhostNetFds{&*rx_kick, &*tx_kick, &*rx_call, &*tx_call},
+        port);
+    if (!be) {
+        res.error = "backend setup";
+        return res;
+    }
+    frontend::VirtioNet& guest_dev = **fe;
+    backend::VhostNet<port::GenLoopPort>& dev = **be;
+
+    // The guest: NAPI rx poll, forward each frame to tx, free-on-xmit.
+    std::atomic<bool> guest_stop{false};
+    const bool poll_mode = cfg.mode == backend::RunMode::Poll;
+    std::thread guest_thread([&] {
+        pin_current_thread(cfg.frontend_cpu);
+        if (poll_mode) guest_dev.disable_interrupts();
+        guest_dev.try_fill_recv();
+        while (!guest_stop.load(std::memory_order_relaxed)) {
+            guest_dev.free_old_xmit();
+            const uint32_t n = guest_dev.poll_rx(
+                frontend::kNapiBudget, [&](uint32_t id, std::byte*, uint32_t len) {
+                    guest_dev.xmit(id, len);  // frees the buffer itself on a full ring
+                    return true;
+                });
+            if (n != 0) {
+                guest_dev.tx_flush();
+                guest_dev.try_fill_recv();
+            }
+            if (!poll_mode && n < frontend::kNapiBudget && guest_dev.napi_complete()) {
+                guest_dev.wait_rx(10'000);
+            }
+        }
+    });
+
+    auto sample = [&]() -> Sample {
+        const auto& fs = guest_dev.stats();
+        const auto& bs = dev.stats();
+        return Sample{now_ns(),
+                      port.sink().stats().sink_pkts,
+                      thread_cpu_ns(dev.native_handle()),
+                      thread_cpu_ns(guest_thread.native_handle()),
+                      fs.rx_kicks.get() + fs.tx_kicks.get(),
+                      bs.rx_calls.get() + bs.tx_calls.get(),
+                      bs.rx_weight_requeue.get(),
+                      bs.tx_weight_requeue.get()};
+    };
+
+    dev.start(cfg.backend_cpu);
+    sleep_s(cfg.warmup_s);
+    const Sample a = sample();
+    if (cfg.frames != 0) {
+        // Bounded: give up after 60 s whatever the rate.
+        const uint64_t deadline = now_ns() + 60'000'000'000u;
+        while (port.sink().stats().sink_pkts < cfg.frames && now_ns() < deadline) sleep_s(0.01);
+    } else {
+        sleep_s(cfg.seconds);
+    }
+    const Sample b = sample();
+
+    // Drain: stop the flood, let in-flight frames reach the sink or a drop.
+    port.stop();
+    auto accounted = [&] {
+        const auto& fs = guest_dev.stats();
+        const auto& bs = dev.stats();
+        return port.sink().stats().sink_pkts + port.sink().stats().sink_drop_corrupt +
+               port.sink().stats().sink_drop_bad_len + fs.tx_drop_ring_full.get() +
+               fs.rx_drop_bad_len.get() + bs.rx_drop_no_room.get() + bs.tx_drop_bad_chain.get();
+    };
+    const uint64_t drain_deadline = now_ns() + 5'000'000'000u;
+    uint64_t last = 0;
+    for (;;) {
+        sleep_s(0.02);
+        const uint64_t acc = accounted();
+        // The flood stopped, so generated() no longer moves once the worker
+        // left handle_rx; wait until two samples agree and all is accounted.
+        if ((acc == last && acc >= port.generated()) || now_ns() > drain_deadline) break;
+        last = acc;
+    }
+    guest_stop.store(true, std::memory_order_relaxed);
+    rx_call->signal();
+    guest_thread.join();
+    dev.stop();
+
+    const auto ss = port.sink().stats();
+    const auto& fs = guest_dev.stats();
+    const auto& bs = dev.stats();
+    port.sink().finish(port.generated());
+    const auto fin = port.sink().stats();
+    res.generated = port.generated();
+    res.delivered = ss.sink_pkts;
+    res.drop_tx_full = fs.tx_drop_ring_full.get();
+    res.drop_other = fs.rx_drop_bad_len.get() + bs.rx_drop_no_room.get() +
+                     bs.tx_drop_bad_chain.get() + ss.sink_drop_corrupt + ss.sink_drop_bad_len;
+    res.corrupt = ss.sink_drop_corrupt;
+    res.reordered = ss.sink_reordered;
+    res.duplicates = ss.sink_duplicates;
+    // Frames never seen by the sink: exactly the counted drops if nothing was lost silently.
+    res.lost = fin.sink_lost;
+
+    const double pkts = static_cast<double>(b.delivered - a.delivered);
+    res.window_s = static_cast<double>(b.t_ns - a.t_ns) / 1e9;
+    res.mpps = pkts / res.window_s / 1e6;
+    if (pkts > 0) {
+        res.backend_cpu_ns_per_pkt = static_cast<double>(b.be_cpu - a.be_cpu) / pkts;
+        res.frontend_cpu_ns_per_pkt = static_cast<double>(b.fe_cpu - a.fe_cpu) / pkts;
+        res.backend_cycles_per_pkt = res.backend_cpu_ns_per_pkt * tsc_per_ns();
+        res.frontend_cycles_per_pkt = res.frontend_cpu_ns_per_pkt * tsc_per_ns();
+        res.kicks_per_pkt = static_cast<double>(b.kicks - a.kicks) / pkts;
+        res.interrupts_per_pkt = static_cast<double>(b.irqs - a.irqs) / pkts;
+        res.rx_requeue_per_kpkt = static_cast<double>(b.rx_req - a.rx_req) * 1000.0 / pkts;
+        res.tx_requeue_per_kpkt = static_cast<double>(b.tx_req - a.tx_req) * 1000.0 / pkts;
+    }
+    res.rx_max_run_pkts = bs.rx_max_run_pkts.get();
+    res.tx_max_run_pkts = bs.tx_max_run_pkts.get();
+
+    const bool broken = dev.rx_queue().broken() || dev.tx_queue().broken() ||
+                        guest_dev.rx_queue().broken() || guest_dev.tx_queue().broken();
+    // sent = delivered + drops, and the sink's own view agrees.
+    const bool balanced = res.delivered + res.drop_tx_full + res.drop_other == res.generated &&
+                          res.delivered + res.lost - res.reordered == res.generated;
+    res.ok = !broken && balanced && res.corrupt == 0;
+    if (broken) res.error = "a queue broke";
+    else if (!balanced) res.error = "frames unaccounted for";
+    else if (res.corrupt != 0) res.error = "corrupt frames";
+    return res;
+}
+
+}  // namespace pvnet::bench
