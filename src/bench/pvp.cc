@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <x86intrin.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -124,8 +125,12 @@ PvpResult run_pvp(const PvpConfig& cfg) noexcept {
         guest_dev.try_fill_recv();
         while (!guest_stop.load(std::memory_order_relaxed)) {
             guest_dev.free_old_xmit();
+            const uint32_t budget =
+                cfg.backpressure ? std::min<uint32_t>(frontend::kNapiBudget,
+                                                      guest_dev.tx_queue().num_free())
+                                 : frontend::kNapiBudget;
             const uint32_t n = guest_dev.poll_rx(
-                frontend::kNapiBudget, [&](uint32_t id, std::byte*, uint32_t len) {
+                budget, [&](uint32_t id, std::byte*, uint32_t len) {
                     guest_dev.xmit(id, len);  // frees the buffer itself on a full ring
                     return true;
                 });
@@ -133,7 +138,7 @@ PvpResult run_pvp(const PvpConfig& cfg) noexcept {
                 guest_dev.tx_flush();
                 guest_dev.try_fill_recv();
             }
-            if (!poll_mode && n < frontend::kNapiBudget && guest_dev.napi_complete()) {
+            if (!poll_mode && n < budget && guest_dev.napi_complete()) {
                 guest_dev.wait_rx(10'000);
             }
         }

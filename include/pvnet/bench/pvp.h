@@ -23,6 +23,10 @@ struct PvpConfig {
     double warmup_s = 0.2;
     double seconds = 1.0;      ///< measured window
     uint64_t frames = 0;       ///< if non-zero: stop after this many frames instead
+    /// The guest takes from rx only what its tx ring has room for, so a full
+    /// tx ring backs up into rx and throttles the flood: no drops (tests).
+    /// Off: testpmd's io forwarding, which drops what tx cannot take.
+    bool backpressure = false;
     int backend_cpu = 0;       ///< -1: not pinned
     int frontend_cpu = 1;
 };
