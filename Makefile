@@ -22,7 +22,7 @@ FUZZ_ARGS       ?= -timeout=10
 JOBS            ?= 2
 CTEST_TIMEOUT   ?= 600
 ASAN_CTEST_ARGS ?= -LE slow
-RUN_CMD         ?= ./$(BUILD_ROOT)/release/src/bench/micro/pvnet-microbench --benchmark_min_time=0.05
+RUN_CMD         ?= setsid -w ./$(BUILD_ROOT)/release/src/app/pvnet bench pvp --frame-bytes 64 --queue-sizes 256 --weights baseline,256 --repeat 3 --seconds 0.5
 
 RELEASE_DIR := $(BUILD_ROOT)/release
 ASAN_DIR    := $(BUILD_ROOT)/asan
