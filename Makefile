@@ -27,6 +27,7 @@ RUN_CMD         ?= setsid -w ./$(BUILD_ROOT)/release/src/app/pvnet bench pvp --f
 RELEASE_DIR := $(BUILD_ROOT)/release
 ASAN_DIR    := $(BUILD_ROOT)/asan
 FUZZ_DIR    := $(BUILD_ROOT)/fuzz
+TSAN_DIR    := $(BUILD_ROOT)/tsan
 CORPUS_DIR  := tests/fuzz/corpus
 
 DEB_PACKAGES := build-essential cmake ninja-build g++ clang-14 libclang-rt-14-dev llvm-14 \
@@ -36,7 +37,7 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 CTEST := ctest --output-on-failure --timeout $(CTEST_TIMEOUT) -j $(JOBS)
 
-.PHONY: all deps build release asan fuzz test test-release test-asan test-fuzz run clean
+.PHONY: all deps build release asan tsan fuzz test test-release test-asan test-tsan test-fuzz run clean
 
 all: build
 
@@ -63,6 +64,11 @@ asan: deps
 	CXX=g++ cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPVNET_SANITIZE=ON
 	cmake --build $(ASAN_DIR) -j$(JOBS)
 
+# ThreadSanitizer for the tests where threads meet (the two-thread ring test).
+tsan: deps
+	CXX=g++ cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPVNET_TSAN=ON
+	cmake --build $(TSAN_DIR) -j$(JOBS) --target split_two_thread_test
+
 fuzz: deps
 	CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_DIR) -G Ninja \
 	    -DPVNET_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -72,6 +78,7 @@ fuzz: deps
 test: build
 	$(MAKE) --no-print-directory test-release
 	$(MAKE) --no-print-directory test-asan
+	$(MAKE) --no-print-directory test-tsan
 	$(MAKE) --no-print-directory test-fuzz
 
 test-release:
@@ -79,6 +86,9 @@ test-release:
 
 test-asan:
 	cd $(ASAN_DIR) && $(CTEST) $(ASAN_CTEST_ARGS)
+
+test-tsan: tsan
+	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -R 'SplitTwoThread|SplitLostWakeup|SplitRearm'
 
 # Every executable named fuzz_* in the fuzz build is fuzzed; nothing to list here.
 # libFuzzer writes new inputs into the first corpus dir, so it gets a scratch copy
