@@ -1,0 +1,519 @@
+// Fuzz target: SplitDriverQueue against a hostile device (STYLE.md §6 "The
+// frontend checks used entries the same way: id < size, in flight, len <=
+// posted"; §11 "Fuzz").
+//
+// Input, read front to back (missing bytes read as zero):
+//   header   size exponent (1..256), EVENT_IDX, INDIRECT_DESC with
+//            indirect_max 0..8, indirect area placement (valid, misaligned,
+//            running off the region)
+//   op list  add chains (direct or indirect, 1..size buffers), publish,
+//            kick_prepare, get_used (one or a burst), disable_cb,
+//            enable_cb_prepare + poll, enable_cb, enable_cb_delayed; and the
+//            device: completing honestly in order or out of order, writing
+//            arbitrary used elements and used.idx, event words, and
+//            scribbling over the descriptor table and avail ring (which the
+//            driver must never read back)
+//
+// A reference model of the driver predicts every result: the add status and
+// the descriptors it writes (the free list never hands out a descriptor in
+// use), kick decisions, each get_used outcome and token, the event words and
+// flags written. Independently: a reaped token was added and is returned at
+// most once, its len is at most the writable bytes posted, num_free never
+// exceeds the queue size, and a broken queue stays broken.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "pvnet/mem/memory_region.h"
+#include "pvnet/mem/memory_table.h"
+#include "pvnet/ring/driver_queue.h"
+#include "pvnet/virtio/virtio_ring.h"
+
+namespace {
+
+using pvnet::mem::Access;
+using pvnet::mem::GuestAddr;
+using pvnet::mem::MemoryRegion;
+using pvnet::mem::MemoryTable;
+using pvnet::ring::AddStatus;
+using pvnet::ring::Buf;
+using pvnet::ring::RingError;
+using pvnet::ring::SplitDriverQueue;
+using pvnet::ring::UsedBuf;
+using pvnet::virtio::virtq_desc;
+using pvnet::virtio::virtq_used_elem;
+using pvnet::virtio::VIRTQ_DESC_F_INDIRECT;
+using pvnet::virtio::VIRTQ_DESC_F_NEXT;
+using pvnet::virtio::VIRTQ_DESC_F_WRITE;
+
+[[noreturn]] void fail() { __builtin_trap(); }
+void check(bool ok) {
+    if (!ok) fail();
+}
+
+class Reader {
+public:
+    Reader(const uint8_t* data, std::size_t size) : p_(data), end_(data + size) {}
+    bool empty() const { return p_ == end_; }
+    uint8_t u8() { return p_ == end_ ? 0 : *p_++; }
+    uint16_t u16() { return static_cast<uint16_t>(u8() | (u8() << 8)); }
+    uint32_t u32() { return static_cast<uint32_t>(u16() | (uint32_t{u16()} << 16)); }
+
+private:
+    const uint8_t* p_;
+    const uint8_t* end_;
+};
+
+uint16_t u16_of(uint32_t v) { return static_cast<uint16_t>(v); }
+
+constexpr uint64_t kAGpa = 0x10000;
+constexpr std::size_t kABytes = 0x10000;
+constexpr uint64_t kDescGpa = 0x10000;
+constexpr uint64_t kAvailGpa = 0x11000;
+constexpr uint64_t kUsedGpa = 0x11400;
+constexpr uint64_t kIndirectGpa = 0x12000;  // up to 256 * 8 * 16 bytes
+constexpr uint64_t kDataGpa = 0x1A000;      // buffer addresses (the driver never touches them)
+constexpr std::size_t kImageBytes = 0xA000;
+constexpr uint16_t kMaxSize = 256;
+constexpr std::size_t kMaxOps = 256;
+
+struct Env {
+    MemoryRegion region;
+    MemoryTable table;
+};
+
+Env& env() {
+    static Env* e = [] {
+        auto r = MemoryRegion::create(kABytes, "fuzz-driver");
+        check(r.has_value() && r->size() == kABytes);
+        auto* n = new Env{std::move(r.value()), MemoryTable{}};
+        check(n->table.add(GuestAddr(kAGpa), n->region.bytes(), Access::ReadWrite).has_value());
+        return n;
+    }();
+    return *e;
+}
+
+std::byte* at(uint64_t gpa) { return env().region.host() + (gpa - kAGpa); }
+
+template <typename T>
+T load(uint64_t gpa) {
+    T v;
+    std::memcpy(&v, at(gpa), sizeof v);
+    return pvnet::virtio::le_to_host(v);
+}
+template <typename T>
+void store(uint64_t gpa, T v) {
+    v = pvnet::virtio::host_to_le(v);
+    std::memcpy(at(gpa), &v, sizeof v);
+}
+virtq_desc desc_at(uint64_t gpa) {
+    virtq_desc d;
+    std::memcpy(&d, at(gpa), sizeof d);
+    return d;
+}
+
+/// What the model knows of a chain the driver holds.
+struct Chain {
+    bool live = false;
+    uint64_t token = 0;
+    uint32_t in_bytes = 0;
+    uint16_t ndescs = 0;
+    std::vector<uint16_t> descs;  // ring descriptors it occupies
+};
+
+struct Harness {
+    std::unique_ptr<SplitDriverQueue> q;
+    uint16_t size = 1;
+    bool event_idx = false;
+    bool indirect = false;  // indirect tables in use (negotiated and indirect_max > 1)
+    uint16_t indirect_max = 0;
+    uint64_t indirect_gpa = kIndirectGpa;
+
+    // Model of the driver.
+    std::array<Chain, kMaxSize> heads{};
+    std::array<bool, kMaxSize> owned{};  // ring descriptor in some live chain
+    uint16_t num_free = 1;
+    uint16_t avail_shadow = 0;
+    uint16_t published = 0;
+    uint16_t kicked = 0;
+    uint16_t last_used = 0;
+    uint16_t shadow_used = 0;
+    bool cb_enabled = true;
+    bool broken = false;
+    // Tokens: unique per add, each may come back once.
+    uint64_t next_token = 1;
+    std::vector<bool> returned{false};
+    // The honest device's cursors.
+    uint16_t dev_last_avail = 0;
+    uint16_t dev_used = 0;
+
+    uint16_t mask() const { return u16_of(size - 1u); }
+    uint64_t used_event_gpa() const { return kAvailGpa + 4u + 2u * size; }
+    uint64_t avail_event_gpa() const { return kUsedGpa + 4u + 8u * size; }
+
+    void check_state() const {
+        check(q->broken() == broken);
+        check(q->num_free() == num_free && num_free <= size);
+        check(q->last_used_idx().value() == last_used);
+        check(q->in_flight() == u16_of(avail_shadow - last_used));
+        std::size_t in_use = 0;
+        for (uint16_t i = 0; i < size; ++i) in_use += owned[i] ? 1u : 0u;
+        check(in_use + num_free == size);
+        if (broken) {
+            const RingError e = q->broken_reason();
+            check(e >= RingError::UsedIdxJump && e <= RingError::UsedLenTooLong);
+        }
+    }
+
+    void add(Reader& r) {
+        const uint8_t sel = r.u8();
+        std::size_t n_out = sel & 3u;
+        std::size_t n_in = (sel >> 2) & 3u;
+        if ((sel & 0x80) != 0) {  // a long chain, up to the queue size
+            const std::size_t total = 1u + uint32_t{r.u8()} % size;
+            n_out = r.u8() % (total + 1);
+            n_in = total - n_out;
+        }
+        if (n_out + n_in == 0) n_out = 1;
+        while (n_out + n_in > size) (n_in > 0 ? n_in : n_out) -= 1;
+        const uint8_t len_seed = r.u8();
+        std::vector<Buf> out(n_out);
+        std::vector<Buf> in(n_in);
+        uint32_t in_bytes = 0;
+        for (std::size_t k = 0; k < n_out + n_in; ++k) {
+            Buf& b = k < n_out ? out[k] : in[k - n_out];
+            b.gpa = GuestAddr(kDataGpa + 0x100u * k);
+            b.len = 1u + static_cast<uint32_t>((len_seed * (k + 1) * 37u) & 0xFFFu);
+            if (k >= n_out) in_bytes += b.len;
+        }
+        const std::size_t n = n_out + n_in;
+        const uint64_t token = next_token;
+
+        AddStatus want = AddStatus::Ok;
+        const bool use_indirect = indirect && n > 1 && n <= indirect_max;
+        const uint16_t needed = use_indirect ? 1 : static_cast<uint16_t>(n);
+        if (broken) {
+            want = AddStatus::Broken;
+        } else if (num_free < needed) {
+            want = AddStatus::NoSpace;
+        }
+        const AddStatus got = q->add(out, in, token);
+        check(got == want);
+        if (got != AddStatus::Ok) return;
+
+        ++next_token;
+        returned.push_back(false);
+        const uint16_t head = load<uint16_t>(kAvailGpa + 4u + 2u * (avail_shadow & mask()));
+        check(head < size && !heads[head].live);
+        Chain& c = heads[head];
+        c = Chain{true, token, in_bytes, needed, {}};
+        // What the driver wrote must describe exactly these buffers.
+        auto expect = [&](const virtq_desc& d, std::size_t k) {
+            const Buf& b = k < n_out ? out[k] : in[k - n_out];
+            uint16_t flags = k < n_out ? 0 : VIRTQ_DESC_F_WRITE;
+            if (k + 1 < n) flags |= VIRTQ_DESC_F_NEXT;
+            check(d.addr.get() == b.gpa.value && d.len.get() == b.len &&
+                  d.flags.get() == flags);
+        };
+        if (use_indirect) {
+            const uint64_t table = indirect_gpa + uint64_t{head} * indirect_max * 16u;
+            const virtq_desc top = desc_at(kDescGpa + 16u * head);
+            check(top.addr.get() == table && top.len.get() == 16u * n &&
+                  top.flags.get() == VIRTQ_DESC_F_INDIRECT);
+            for (std::size_t k = 0; k < n; ++k) {
+                const virtq_desc d = desc_at(table + 16u * k);
+                expect(d, k);
+                if (k + 1 < n) check(d.next.get() == k + 1);
+            }
+            check(!owned[head]);
+            owned[head] = true;
+            c.descs.push_back(head);
+        } else {
+            uint16_t i = head;
+            for (std::size_t k = 0; k < n; ++k) {
+                // The free list never hands out a descriptor another chain holds.
+                check(i < size && !owned[i]);
+                owned[i] = true;
+                c.descs.push_back(i);
+                const virtq_desc d = desc_at(kDescGpa + 16u * i);
+                expect(d, k);
+                i = d.next.get();
+            }
+        }
+        num_free = u16_of(num_free - needed);
+        ++avail_shadow;
+    }
+
+    void publish_model() {
+        if (broken || published == avail_shadow) return;
+        published = avail_shadow;
+        check(load<uint16_t>(kAvailGpa + 2) == published);
+    }
+
+    void publish() {
+        q->publish();
+        publish_model();
+    }
+
+    void kick_prepare() {
+        bool want = false;
+        const bool was_broken = broken;
+        const uint16_t old = kicked;
+        const bool got = q->kick_prepare();
+        if (!was_broken) {
+            publish_model();
+            kicked = published;
+            if (old != published) {
+                if (event_idx) {
+                    const uint16_t ev = load<uint16_t>(avail_event_gpa());
+                    want = u16_of(ev - old) < u16_of(published - old);
+                } else {
+                    want = (load<uint16_t>(kUsedGpa) & pvnet::virtio::VIRTQ_USED_F_NO_NOTIFY) == 0;
+                }
+            }
+        }
+        check(got == want);
+    }
+
+    bool get_used() {
+        bool want = true;
+        uint16_t id = 0;
+        uint32_t len = 0;
+        if (broken) {
+            want = false;
+        } else {
+            if (last_used == shadow_used) {
+                const uint16_t u = load<uint16_t>(kUsedGpa + 2);
+                if (u16_of(u - last_used) > u16_of(published - last_used)) {
+                    broken = true;
+                    want = false;
+                } else {
+                    shadow_used = u;
+                    if (u == last_used) want = false;
+                }
+            }
+            if (want) {
+                virtq_used_elem e;
+                std::memcpy(&e, at(kUsedGpa + 4u + 8u * (last_used & mask())), sizeof e);
+                len = e.len.get();
+                if (e.id.get() >= size || !heads[e.id.get()].live ||
+                    len > heads[e.id.get()].in_bytes) {
+                    broken = true;
+                    want = false;
+                } else {
+                    id = static_cast<uint16_t>(e.id.get());
+                }
+            }
+        }
+        UsedBuf got{};
+        check(q->get_used(got) == want);
+        if (!want) return false;
+
+        Chain& c = heads[id];
+        // Independently of the model: a token we added, not returned before,
+        // with no more bytes than were posted writable.
+        check(got.token > 0 && got.token < next_token && !returned[got.token]);
+        returned[got.token] = true;
+        check(got.token == c.token && got.len == len && got.len <= c.in_bytes);
+        for (uint16_t d : c.descs) owned[d] = false;
+        num_free = u16_of(num_free + c.ndescs);
+        c.live = false;
+        ++last_used;
+        if (event_idx && cb_enabled) check(load<uint16_t>(used_event_gpa()) == last_used);
+        return true;
+    }
+
+    void write_used(uint16_t slot, uint32_t id, uint32_t len) {
+        virtq_used_elem e{};
+        e.id.set(id);
+        e.len.set(len);
+        std::memcpy(at(kUsedGpa + 4u + 8u * (slot & mask())), &e, sizeof e);
+    }
+
+    /// The device uses `head` as its next used entry and publishes it.
+    void complete(uint16_t head, Reader& r) {
+        const uint32_t have = head < size && heads[head].live ? heads[head].in_bytes : 0;
+        const uint8_t sel = r.u8();
+        const uint32_t len = (sel & 1u) != 0 ? have : have / (1u + sel);
+        write_used(dev_used, head, len);
+        ++dev_used;
+        store<uint16_t>(kUsedGpa + 2, dev_used);
+    }
+
+    std::vector<uint16_t> live_heads() const {
+        std::vector<uint16_t> v;
+        for (uint16_t i = 0; i < size; ++i) {
+            if (heads[i].live) v.push_back(i);
+        }
+        return v;
+    }
+
+    /// The driver's interrupt-suppression words: avail.flags and used_event.
+    struct EventWords {
+        uint16_t flags;
+        uint16_t used_event;
+    };
+    EventWords words() const {
+        return {load<uint16_t>(kAvailGpa), load<uint16_t>(used_event_gpa())};
+    }
+    /// After a re-arm to used_event `event`: EVENT_IDX moves used_event and
+    /// leaves the flags alone, otherwise the flags go to 0. A broken queue
+    /// writes neither.
+    void check_rearmed(const EventWords& before, uint16_t event) {
+        const EventWords now = words();
+        if (broken) {
+            check(now.flags == before.flags && now.used_event == before.used_event);
+            return;
+        }
+        cb_enabled = true;
+        if (event_idx) {
+            check(now.used_event == event && now.flags == before.flags);
+        } else {
+            check(now.flags == 0 && now.used_event == before.used_event);
+        }
+    }
+
+    void run_op(Reader& r) {
+        switch (r.u8() % 14) {
+            case 0: add(r); break;
+            case 1: publish(); break;
+            case 2: kick_prepare(); break;
+            case 3:  // the device completes in order what was published
+                for (unsigned k = 1u + r.u8() % 4u; k > 0 && dev_last_avail != published; --k) {
+                    const uint16_t slot = dev_last_avail & mask();
+                    complete(load<uint16_t>(kAvailGpa + 4u + 2u * slot), r);
+                    ++dev_last_avail;
+                }
+                break;
+            case 4: {  // ... or out of order
+                const std::vector<uint16_t> live = live_heads();
+                complete(live.empty() ? r.u8() : live[r.u8() % live.size()], r);
+                break;
+            }
+            case 5: {  // an arbitrary used element
+                const uint16_t slot = r.u8();
+                const uint8_t sel = r.u8();
+                const std::vector<uint16_t> live = live_heads();
+                uint32_t id = sel;
+                if ((sel & 0x80) == 0 && !live.empty()) id = live[sel % live.size()];
+                if (sel == 0xFF) id = r.u32();
+                write_used(slot, id, (sel & 0x40) != 0 ? r.u32() : r.u8());
+                break;
+            }
+            case 6: {  // an arbitrary used.idx
+                const uint8_t sel = r.u8();
+                dev_used = (sel & 1u) != 0 ? r.u16() : u16_of(last_used + sel / 2u);
+                store<uint16_t>(kUsedGpa + 2, dev_used);
+                break;
+            }
+            case 7:
+                store<uint16_t>(avail_event_gpa(), r.u16());
+                store<uint16_t>(kUsedGpa, r.u8() & 1u);  // used.flags
+                break;
+            case 8: {  // the device scribbles over driver-owned ring memory
+                const uint32_t off = r.u16() % (16u * size + 6u + 2u * size);
+                const uint64_t gpa = off < 16u * size ? kDescGpa + off
+                                                      : kAvailGpa + (off - 16u * size);
+                *at(gpa) = static_cast<std::byte>(r.u8());
+                break;
+            }
+            case 9: get_used(); break;
+            case 10:
+                for (uint32_t k = 0; k <= size && get_used(); ++k) {
+                }
+                break;
+            case 11: {
+                // NO_INTERRUPT without EVENT_IDX; with it the flags stay as they
+                // are (2.7.10.1) and used_event simply stops moving.
+                const EventWords before = words();
+                q->disable_cb();
+                const EventWords now = words();
+                check(now.used_event == before.used_event);
+                if (broken || event_idx) {
+                    check(now.flags == before.flags);
+                } else {
+                    check(now.flags == pvnet::virtio::VIRTQ_AVAIL_F_NO_INTERRUPT);
+                }
+                if (!broken) cb_enabled = false;
+                break;
+            }
+            case 12: {
+                const EventWords before = words();
+                if ((r.u8() & 1u) != 0) {
+                    const bool want = broken || load<uint16_t>(kUsedGpa + 2) == last_used;
+                    check(q->enable_cb() == want);
+                    check_rearmed(before, last_used);
+                } else {
+                    check(q->enable_cb_prepare().value() == last_used);
+                    check_rearmed(before, last_used);
+                    if ((r.u8() & 1u) != 0) store<uint16_t>(kUsedGpa + 2, r.u16());
+                    const bool more = !broken && load<uint16_t>(kUsedGpa + 2) != last_used;
+                    check(q->poll(pvnet::ring::RingIdx(last_used)) == more);
+                }
+                break;
+            }
+            default: {
+                // Re-armed for when 3/4 of what is outstanding has been used.
+                const auto bufs = static_cast<uint16_t>(u16_of(avail_shadow - last_used) * 3u / 4u);
+                bool want = true;
+                if (!broken) want = u16_of(load<uint16_t>(kUsedGpa + 2) - last_used) <= bufs;
+                const EventWords before = words();
+                check(q->enable_cb_delayed() == want);
+                check_rearmed(before, u16_of(last_used + bufs));
+                break;
+            }
+        }
+        check_state();
+    }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+    Env& e = env();
+    Reader r(data, size);
+    std::memset(e.region.host(), 0, kImageBytes);
+
+    const auto qsize = static_cast<uint16_t>(1u << (r.u8() % 9));
+    const uint8_t features = r.u8();
+    pvnet::ring::DriverQueueConfig cfg;
+    cfg.addrs = {qsize, GuestAddr(kDescGpa), GuestAddr(kAvailGpa), GuestAddr(kUsedGpa)};
+    cfg.event_idx = (features & 1u) != 0;
+    cfg.indirect = (features & 2u) != 0;
+    cfg.indirect_max = static_cast<uint16_t>((features >> 2) % 9u);
+    cfg.indirect_area = GuestAddr(kIndirectGpa);
+    const bool tables = cfg.indirect && cfg.indirect_max > 1;
+    RingError setup_error = RingError::Count;
+    if ((features & 0xC0u) == 0x40u) {
+        cfg.indirect_area = GuestAddr(kIndirectGpa + 8);  // not 16-aligned
+        if (tables) setup_error = RingError::RingMisaligned;
+    } else if ((features & 0xC0u) == 0x80u) {
+        // Ends past the region unless the tables are small.
+        cfg.indirect_area = GuestAddr(kAGpa + kABytes - 0x1000);
+        if (tables && uint64_t{qsize} * cfg.indirect_max * 16u > 0x1000) {
+            setup_error = RingError::RingUnmapped;
+        }
+    }
+
+    auto q = SplitDriverQueue::create(e.table, cfg);
+    if (setup_error != RingError::Count) {
+        check(!q.has_value() && q.error() == setup_error);
+        return 0;
+    }
+    check(q.has_value());
+
+    Harness h;
+    h.q = std::move(q.value());
+    h.size = qsize;
+    h.num_free = qsize;
+    h.event_idx = cfg.event_idx;
+    h.indirect = tables;
+    h.indirect_max = cfg.indirect_max;
+    h.indirect_gpa = cfg.indirect_area.value;
+    h.check_state();
+    for (std::size_t op = 0; op < kMaxOps && !r.empty(); ++op) h.run_op(r);
+    return 0;
+}

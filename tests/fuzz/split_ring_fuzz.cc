@@ -1,0 +1,875 @@
+// Fuzz target: SplitDeviceQueue against a hostile driver (STYLE.md §6 and §11
+// "Fuzz"; the structure-decoding approach of rust-vmm/vm-virtio
+// fuzz/fuzz_targets/virtio_queue.rs).
+//
+// Input, read front to back (missing bytes read as zero):
+//   header      size exponent (1..256), features (EVENT_IDX, INDIRECT_DESC,
+//               NOTIFY_ON_EMPTY, setup variant: valid, or bad size, alignment
+//               or placement), default descriptor style,
+//               avail.idx, used_event, avail.flags
+//   ring image  descriptor pokes over a default table, indirect tables in the
+//               data area (optionally linked from the main table), avail slots
+//   op list     pop, add_used, flush_used, push_used(_batch), unpop,
+//               should_signal, enable/disable_notify, pending, reset, a
+//               well-behaved driver refilling, whole pop/use/signal rounds,
+//               and the driver racing the device: re-poking avail.idx,
+//               descriptors, slots, event words and indirect entries between calls
+//
+// Guest memory: region A (ring, indirect tables, data), sixteen adjacent
+// one-page regions B0..B15 right after it (a buffer crossing them maps to many
+// pieces), a read-only region C behind a gap; each is a guarded memfd.
+//
+// Every call is checked against a reference model of the queue that walks the
+// chain by the rules of STYLE.md §6 and translates with a brute-force region
+// scan: same status, same iovecs, same used entries, same signal decisions.
+// Independently of the model: every popped iovec lies inside a region with the
+// access its direction needs and is touched; byte counts equal iovec sums;
+// a broken queue stays broken until reset().
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "pvnet/mem/memory_region.h"
+#include "pvnet/mem/memory_table.h"
+#include "pvnet/ring/device_queue.h"
+#include "pvnet/virtio/virtio_ring.h"
+
+namespace {
+
+using pvnet::mem::Access;
+using pvnet::mem::GuestAddr;
+using pvnet::mem::MemoryRegion;
+using pvnet::mem::MemoryTable;
+using pvnet::ring::DescChain;
+using pvnet::ring::kMaxIov;
+using pvnet::ring::PopStatus;
+using pvnet::ring::RingError;
+using pvnet::ring::SplitDeviceQueue;
+using pvnet::virtio::virtq_desc;
+using pvnet::virtio::virtq_used_elem;
+using pvnet::virtio::VIRTQ_DESC_F_INDIRECT;
+using pvnet::virtio::VIRTQ_DESC_F_NEXT;
+using pvnet::virtio::VIRTQ_DESC_F_WRITE;
+
+[[noreturn]] void fail() { __builtin_trap(); }
+void check(bool ok) {
+    if (!ok) fail();
+}
+
+class Reader {
+public:
+    Reader(const uint8_t* data, std::size_t size) : p_(data), end_(data + size) {}
+    bool empty() const { return p_ == end_; }
+    uint8_t u8() { return p_ == end_ ? 0 : *p_++; }
+    uint16_t u16() { return static_cast<uint16_t>(u8() | (u8() << 8)); }
+    uint32_t u32() { return static_cast<uint32_t>(u16() | (uint32_t{u16()} << 16)); }
+    uint64_t u64() { return u32() | (uint64_t{u32()} << 32); }
+
+private:
+    const uint8_t* p_;
+    const uint8_t* end_;
+};
+
+uint16_t u16_of(uint32_t v) { return static_cast<uint16_t>(v); }
+
+// Guest-physical layout.
+constexpr uint64_t kAGpa = 0x10000;
+constexpr std::size_t kABytes = 0x10000;
+constexpr uint64_t kDescGpa = 0x10000;
+constexpr uint64_t kAvailGpa = 0x11000;
+constexpr uint64_t kUsedGpa = 0x11400;
+constexpr uint64_t kTablesGpa = 0x12000;  // 4 indirect tables of up to 256 entries
+constexpr uint32_t kTables = 4;
+constexpr uint64_t kDataGpa = 0x16000;    // buffers up to the end of A
+constexpr uint64_t kBGpa = 0x20000;       // B0..B15, one page each, adjacent to A
+constexpr std::size_t kBPages = 16;
+constexpr uint64_t kCGpa = 0x40000;       // read-only, after an unmapped gap
+constexpr std::size_t kCBytes = 0x4000;
+constexpr std::size_t kImageBytes = 0xC000;  // ring + tables + default buffers, cleared per input
+constexpr uint16_t kMaxSize = 256;
+constexpr std::size_t kMaxOps = 256;
+constexpr std::size_t kWorkBudget = 1u << 14;  // pops + iovecs per input: bounds one run
+
+struct ModelRegion {
+    uint64_t gpa;
+    uint64_t size;
+    std::byte* host;
+    Access access;
+};
+
+struct Env {
+    std::vector<MemoryRegion> backing;
+    std::vector<ModelRegion> regions;
+    MemoryTable table;
+    std::byte* a_host = nullptr;
+};
+
+Env& env() {
+    static Env* e = [] {
+        auto* n = new Env;
+        auto add = [n](uint64_t gpa, std::size_t bytes, Access access) {
+            auto r = MemoryRegion::create(bytes, "fuzz-ring");
+            check(r.has_value() && r->size() == bytes);
+            check(n->table.add(GuestAddr(gpa), r->bytes(), access).has_value());
+            n->regions.push_back(ModelRegion{gpa, bytes, r->host(), access});
+            n->backing.push_back(std::move(r.value()));
+        };
+        add(kAGpa, kABytes, Access::ReadWrite);
+        for (std::size_t i = 0; i < kBPages; ++i) {
+            add(kBGpa + 0x1000 * i, 0x1000, Access::ReadWrite);
+        }
+        add(kCGpa, kCBytes, Access::Read);
+        n->a_host = n->regions[0].host;
+        return n;
+    }();
+    return *e;
+}
+
+/// Host address of a gpa inside region A (where the test lays out the ring).
+std::byte* a_at(uint64_t gpa) { return env().a_host + (gpa - kAGpa); }
+
+template <typename T>
+T load(uint64_t gpa) {
+    T v;
+    std::memcpy(&v, a_at(gpa), sizeof v);
+    return pvnet::virtio::le_to_host(v);
+}
+template <typename T>
+void store(uint64_t gpa, T v) {
+    v = pvnet::virtio::host_to_le(v);
+    std::memcpy(a_at(gpa), &v, sizeof v);
+}
+
+virtq_desc make_desc(uint64_t addr, uint32_t len, uint16_t flags, uint16_t next) {
+    virtq_desc d{};
+    d.addr.set(addr);
+    d.len.set(len);
+    d.flags.set(flags);
+    d.next.set(next);
+    return d;
+}
+void put_desc(uint64_t table_gpa, uint32_t i, const virtq_desc& d) {
+    std::memcpy(a_at(table_gpa + 16u * i), &d, sizeof d);
+}
+virtq_desc get_desc(const std::byte* table_host, uint32_t i) {
+    virtq_desc d;
+    std::memcpy(&d, table_host + 16u * i, sizeof d);
+    return d;
+}
+
+/// A descriptor from the input, its address biased towards region edges.
+virtq_desc decode_desc(Reader& r, uint64_t ring_gpa) {
+    uint64_t addr = 0;
+    switch (r.u8() % 10) {
+        case 0:
+        case 1: addr = kDataGpa + r.u16() % (kBGpa - kDataGpa); break;
+        case 2: addr = kBGpa - 1 - r.u8(); break;  // crosses A -> B0 -> ...
+        case 3: addr = kBGpa + r.u16() % (0x1000 * kBPages); break;
+        case 4: addr = kCGpa + r.u16() % kCBytes; break;  // read-only
+        case 5: {  // just before a hole: below A, after B15, after C
+            static constexpr std::array<uint64_t, 3> ends{kAGpa, kBGpa + 0x1000 * kBPages,
+                                                          kCGpa + kCBytes};
+            const uint8_t which = r.u8();
+            addr = ends[which % 3] - 1 - r.u8() + (which >= 0x80 ? 0x100u : 0u);
+            break;
+        }
+        case 6: addr = kTablesGpa + 0x1000u * (r.u8() % kTables) + (r.u8() & 0x8u); break;
+        case 7: addr = ring_gpa + r.u16() % 0x2000u; break;  // aliases the ring itself
+        case 8: addr = UINT64_MAX - r.u16(); break;
+        default: addr = r.u64(); break;
+    }
+    uint32_t len = 0;
+    switch (r.u8() % 6) {
+        case 0: len = 0; break;
+        case 1: len = 1u + r.u8() % 64u; break;
+        case 2: len = r.u16(); break;
+        case 3: len = r.u32(); break;
+        case 4: len = 16u * r.u8(); break;  // indirect table lengths
+        default: len = UINT32_MAX - r.u8(); break;
+    }
+    const uint8_t f = r.u8();
+    // Low bits NEXT/WRITE/INDIRECT; a set top bit adds a flag no spec defines.
+    const auto flags = static_cast<uint16_t>((f & 7u) | ((f & 0x80u) != 0 ? 0x8000u : 0u));
+    uint16_t next = r.u8();
+    if (next == 0xFF) next = r.u16();
+    return make_desc(addr, len, flags, next);
+}
+
+// ---------------------------------------------------------------------------
+// Reference model of the device queue.
+
+struct Popped {
+    uint16_t head;
+    bool outstanding;  // popped and neither used nor given back
+};
+
+struct RefChain {
+    std::array<iovec, kMaxIov> iov{};
+    std::size_t n = 0;
+    uint16_t out_num = 0;
+    uint16_t in_num = 0;
+    uint64_t out_bytes = 0;
+    uint64_t in_bytes = 0;
+};
+
+constexpr RingError kOk = RingError::Count;
+
+/// Brute-force translation by scanning every region: appends the pieces of
+/// [gpa, gpa+len) to `c`, or says why it cannot (len > 0 here).
+RingError ref_translate(uint64_t gpa, uint32_t len, Access access, RefChain& c) {
+    if (len - 1u > UINT64_MAX - gpa) return RingError::AddrOverflow;
+    uint64_t addr = gpa;
+    uint64_t left = len;
+    while (left > 0) {
+        const ModelRegion* hit = nullptr;
+        for (const ModelRegion& m : env().regions) {
+            if (addr >= m.gpa && addr - m.gpa < m.size) {
+                hit = &m;
+                break;
+            }
+        }
+        if (hit == nullptr) return RingError::AddrUnmapped;
+        if (!pvnet::mem::allows(hit->access, access)) return RingError::AddrAccessDenied;
+        if (c.n == kMaxIov) return RingError::TooManyIovs;
+        const uint64_t off = addr - hit->gpa;
+        const uint64_t chunk = left < hit->size - off ? left : hit->size - off;
+        c.iov[c.n++] = iovec{hit->host + off, static_cast<std::size_t>(chunk)};
+        addr += chunk;
+        left -= chunk;
+    }
+    return kOk;
+}
+
+/// Host address of a whole range inside one region, or null.
+const std::byte* ref_contiguous(uint64_t gpa, uint32_t len) {
+    if (len - 1u > UINT64_MAX - gpa) return nullptr;
+    for (const ModelRegion& m : env().regions) {
+        if (gpa >= m.gpa && gpa - m.gpa < m.size && len <= m.size - (gpa - m.gpa)) {
+            return m.host + (gpa - m.gpa);
+        }
+    }
+    return nullptr;
+}
+
+struct Model {
+    uint16_t size = 1;
+    bool event_idx = false;
+    bool indirect = false;
+    bool notify_on_empty = false;
+    uint16_t last_avail = 0;
+    uint16_t shadow_avail = 0;
+    uint16_t used = 0;
+    uint16_t staged = 0;
+    bool signalled_valid = false;
+    uint16_t signalled = 0;
+    bool broken = false;
+    RingError reason = kOk;  ///< first error since the last reset
+    std::array<bool, kMaxSize> inflight{};
+    std::array<uint32_t, kMaxSize> in_bytes{};
+    std::vector<Popped> popped;                 ///< in pop order
+    std::array<std::size_t, kMaxSize> popped_at{};  ///< where an in-flight head sits in it
+
+    uint16_t mask() const { return u16_of(size - 1u); }
+    uint16_t avail_idx() const { return load<uint16_t>(kAvailGpa + 2); }
+    uint16_t used_event() const { return load<uint16_t>(kAvailGpa + 4u + 2u * size); }
+    uint16_t avail_flags() const { return load<uint16_t>(kAvailGpa); }
+
+    void reset() {
+        last_avail = shadow_avail = used = staged = 0;
+        signalled_valid = false;
+        signalled = 0;
+        broken = false;
+        reason = kOk;
+        inflight.fill(false);
+        popped.clear();
+    }
+
+    /// The queue breaks; the first reason sticks.
+    void breaks(RingError e) {
+        if (!broken) reason = e;
+        broken = true;
+    }
+
+    /// Reads avail.idx as the device must; false (broken) on a jump past size.
+    bool observe() {
+        const uint16_t a = avail_idx();
+        if (u16_of(a - last_avail) > size) {
+            breaks(RingError::AvailIdxJump);
+            return false;
+        }
+        shadow_avail = a;
+        return true;
+    }
+
+    void popped_ok(uint16_t head, uint32_t chain_in_bytes) {
+        inflight[head] = true;
+        in_bytes[head] = chain_in_bytes;
+        popped_at[head] = popped.size();
+        popped.push_back(Popped{head, true});
+        ++last_avail;
+    }
+
+    void used_ok(uint16_t id) {
+        inflight[id] = false;
+        popped[popped_at[id]].outstanding = false;
+        ++staged;
+    }
+
+    /// Walks a chain by the rules of STYLE.md §6, checked in the order the
+    /// device checks them (the first broken rule names the error).
+    RingError walk(uint16_t head, RefChain& c) const {
+        const std::byte* table = a_at(kDescGpa);
+        uint32_t table_len = size;
+        bool in_table = false;
+        uint32_t idx = head;
+        uint32_t count = 0;
+        uint64_t total = 0;
+        for (;;) {
+            const virtq_desc d = get_desc(table, idx);
+            const uint16_t flags = d.flags.get();
+            const uint32_t len = d.len.get();
+            if (flags & VIRTQ_DESC_F_INDIRECT) {
+                if (!indirect) return RingError::IndirectNotNegotiated;
+                if (in_table) return RingError::NestedIndirect;
+                if ((flags & VIRTQ_DESC_F_NEXT) != 0) return RingError::IndirectWithNext;
+                if (len == 0 || len % 16 != 0 || len / 16 > size) return RingError::IndirectBadLen;
+                if (len - 1u > UINT64_MAX - d.addr.get()) return RingError::AddrOverflow;
+                table = ref_contiguous(d.addr.get(), len);
+                if (table == nullptr) return RingError::IndirectUnmapped;
+                table_len = len / 16;
+                in_table = true;
+                idx = 0;
+                continue;
+            }
+            if (++count > size) return RingError::ChainTooLong;
+            const bool writable = (flags & VIRTQ_DESC_F_WRITE) != 0;
+            if (len == 0) return RingError::ZeroLength;
+            if (!writable && c.in_num != 0) return RingError::ReadableAfterWritable;
+            total += len;
+            if (total > UINT32_MAX) return RingError::ChainOver4GiB;
+            const std::size_t before = c.n;
+            const RingError e =
+                ref_translate(d.addr.get(), len, writable ? Access::Write : Access::Read, c);
+            if (e != kOk) return e;
+            const auto pieces = static_cast<uint16_t>(c.n - before);
+            if (writable) {
+                c.in_num = u16_of(c.in_num + pieces);
+                c.in_bytes += len;
+            } else {
+                c.out_num = u16_of(c.out_num + pieces);
+                c.out_bytes += len;
+            }
+            if (!(flags & VIRTQ_DESC_F_NEXT)) return kOk;
+            if (d.next.get() >= table_len) return RingError::NextOutOfRange;
+            idx = d.next.get();
+        }
+    }
+};
+
+// ---------------------------------------------------------------------------
+// The harness: one queue, the model, and the ops.
+
+struct Harness {
+    Model m;
+    std::unique_ptr<SplitDeviceQueue> q;
+    std::size_t work = 0;
+    uint16_t refill_cursor = 0;
+
+    static DescChain& chain() {
+        static DescChain c;  // 16 KiB of iovecs: not on the stack
+        return c;
+    }
+
+    bool pop_class(RingError e) const {
+        return e >= RingError::AvailIdxJump && e <= RingError::TooManyIovs;
+    }
+
+    void check_state() const {
+        check(q->broken() == m.broken);
+        check(q->last_avail_idx().value() == m.last_avail);
+        check(q->used_idx().value() == m.used);
+        if (m.broken) check(q->broken_reason() == m.reason && pop_class(m.reason));
+    }
+
+    /// Each iovec of a successful pop: inside one region with the access its
+    /// direction needs, non-empty; then touched (read, and written back if
+    /// writable), so an escape faults on a guard page.
+    static void check_iov(const iovec& v, Access access) {
+        check(v.iov_len > 0);
+        bool inside = false;
+        for (const ModelRegion& r : env().regions) {
+            const auto* p = static_cast<const std::byte*>(v.iov_base);
+            if (p >= r.host && p < r.host + r.size) {
+                inside = v.iov_len <= r.size - static_cast<std::size_t>(p - r.host) &&
+                         pvnet::mem::allows(r.access, access);
+                break;
+            }
+        }
+        check(inside);
+        auto* p = static_cast<volatile std::byte*>(v.iov_base);
+        const std::byte first = p[0];
+        const std::byte last = p[v.iov_len - 1];
+        if (access == Access::Write) {
+            p[0] = first;
+            p[v.iov_len - 1] = last;
+        }
+    }
+
+    PopStatus pop() {
+        ++work;
+        // Expected outcome first: pop only reads ring memory.
+        PopStatus want = PopStatus::Ok;
+        static RefChain ref;
+        ref = RefChain{};
+        uint16_t head = 0;
+        if (m.broken) {
+            want = PopStatus::Broken;
+        } else if (m.last_avail == m.shadow_avail && !m.observe()) {
+            want = PopStatus::Broken;
+        } else if (m.last_avail == m.shadow_avail) {
+            want = PopStatus::Empty;
+        } else {
+            const uint16_t slot = m.last_avail & m.mask();
+            head = load<uint16_t>(kAvailGpa + 4u + 2u * slot);
+            RingError e = kOk;
+            if (head >= m.size) {
+                e = RingError::HeadOutOfRange;
+            } else if (m.inflight[head]) {
+                e = RingError::HeadInflight;
+            } else {
+                e = m.walk(head, ref);
+            }
+            if (e != kOk) {
+                want = PopStatus::Broken;
+                m.breaks(e);
+            }
+        }
+
+        DescChain& c = chain();
+        const PopStatus got = q->pop(c);
+        check(got == want);
+        if (got != PopStatus::Ok) return got;
+
+        check(c.head == head && c.head < m.size);
+        check(std::size_t{c.out_num} + c.in_num <= kMaxIov);
+        work += std::size_t{c.out_num} + c.in_num;
+        check(c.out_num == ref.out_num && c.in_num == ref.in_num);
+        check(c.out_bytes == ref.out_bytes && c.in_bytes == ref.in_bytes);
+        uint64_t out_sum = 0;
+        uint64_t in_sum = 0;
+        for (std::size_t i = 0; i < ref.n; ++i) {
+            check(c.iov[i].iov_base == ref.iov[i].iov_base &&
+                  c.iov[i].iov_len == ref.iov[i].iov_len);
+        }
+        for (const iovec& v : c.readable()) {
+            check_iov(v, Access::Read);
+            out_sum += v.iov_len;
+        }
+        for (const iovec& v : c.writable()) {
+            check_iov(v, Access::Write);
+            in_sum += v.iov_len;
+        }
+        check(out_sum == c.out_bytes && in_sum == c.in_bytes);
+
+        m.popped_ok(head, c.in_bytes);
+        return got;
+    }
+
+    /// add_used, or push_used (add_used + flush_used) when `push`.
+    void add_used(uint16_t id, uint32_t len, bool push = false) {
+        bool ok = true;
+        RingError err = RingError::Count;
+        bool staged = false;
+        if (m.broken) {
+            // A broken queue ignores pushes.
+        } else if (id >= m.size || !m.inflight[id]) {
+            ok = false;
+            err = RingError::PushIdNotInflight;
+        } else if (len > m.in_bytes[id]) {
+            ok = false;
+            err = RingError::PushLenTooLong;
+        } else {
+            staged = true;
+        }
+        const uint16_t slot = u16_of(m.used + m.staged) & m.mask();
+        auto s = push ? q->push_used(id, len) : q->add_used(id, len);
+        check(s.has_value() == ok);
+        if (!ok) check(s.error() == err);
+        if (staged) {
+            m.used_ok(id);
+            virtq_used_elem e;
+            std::memcpy(&e, a_at(kUsedGpa + 4u + 8u * slot), sizeof e);
+            check(e.id.get() == id && e.len.get() == len);
+        }
+        if (push) flushed();
+    }
+
+    void flush_used() {
+        q->flush_used();
+        flushed();
+    }
+
+    /// The model's side of flush_used: one publish of everything staged.
+    void flushed() {
+        if (m.staged == 0 || m.broken) return;
+        m.used = u16_of(m.used + m.staged);
+        m.staged = 0;
+        check(load<uint16_t>(kUsedGpa + 2) == m.used);
+    }
+
+    std::vector<uint16_t> outstanding() const {
+        std::vector<uint16_t> v;
+        for (uint16_t id = 0; id < m.size; ++id) {
+            if (m.inflight[id]) v.push_back(id);
+        }
+        return v;
+    }
+
+    uint32_t decode_len(Reader& r, uint16_t id) const {
+        const uint32_t have = id < m.size ? m.in_bytes[id] : 0;
+        switch (r.u8() % 5) {
+            case 0: return 0;
+            case 1: return have;
+            case 2: return have == UINT32_MAX ? have : have + 1;
+            case 3: return r.u32();
+            default: return static_cast<uint32_t>(r.u32() % (uint64_t{have} + 1));
+        }
+    }
+
+    void push_batch(Reader& r) {
+        std::vector<pvnet::ring::UsedElem> elems;
+        const uint8_t sel = r.u8();
+        for (uint16_t id : outstanding()) {
+            elems.push_back({id, (sel & 1) != 0 ? m.in_bytes[id] : 0});
+        }
+        if ((sel & 2) != 0 && !elems.empty()) {
+            // One bad entry in the middle: the batch stops there.
+            const uint16_t bad = r.u8();
+            elems.insert(elems.begin() + static_cast<std::ptrdiff_t>(elems.size() / 2),
+                         {bad, r.u32()});
+        }
+        if ((sel & 4) != 0) std::reverse(elems.begin(), elems.end());
+        // The model: add one by one, stop at the first failure, then flush.
+        const uint16_t staged_before = m.staged;
+        bool ok = true;
+        RingError err = RingError::Count;
+        for (const auto& e : elems) {
+            if (m.broken) continue;
+            if (e.id >= m.size || !m.inflight[e.id]) {
+                ok = false;
+                err = RingError::PushIdNotInflight;
+                break;
+            }
+            if (e.len > m.in_bytes[e.id]) {
+                ok = false;
+                err = RingError::PushLenTooLong;
+                break;
+            }
+            m.used_ok(e.id);
+        }
+        auto s = q->push_used_batch(elems);
+        check(s.has_value() == ok);
+        if (!ok) check(s.error() == err);
+        // Used elements written in order from the old position.
+        const uint32_t n = u16_of(m.staged - staged_before);
+        for (uint32_t i = 0; i < n; ++i) {
+            const uint16_t slot = u16_of(m.used + staged_before + i) & m.mask();
+            virtq_used_elem e;
+            std::memcpy(&e, a_at(kUsedGpa + 4u + 8u * slot), sizeof e);
+            check(e.id.get() == elems[i].id && e.len.get() == elems[i].len);
+        }
+        if (m.staged != 0 && !m.broken) {
+            m.used = u16_of(m.used + m.staged);
+            m.staged = 0;
+            check(load<uint16_t>(kUsedGpa + 2) == m.used);
+        }
+    }
+
+    void unpop(Reader& r) {
+        // Only chains still outstanding at the top of the pop order can be given back.
+        std::size_t k = 0;
+        while (k < m.popped.size() && m.popped[m.popped.size() - 1 - k].outstanding) ++k;
+        const auto n = static_cast<uint16_t>(r.u8() % (k + 1));
+        q->unpop(n);
+        for (uint16_t i = 0; i < n; ++i) {
+            m.inflight[m.popped.back().head] = false;
+            m.popped.pop_back();
+            --m.last_avail;
+        }
+    }
+
+    void should_signal() {
+        bool want = false;
+        if (m.broken) {
+            want = false;
+        } else if (m.notify_on_empty && m.avail_idx() == m.last_avail) {
+            want = true;
+            m.signalled_valid = true;
+            m.signalled = m.used;
+        } else if (m.event_idx) {
+            // used_event in [signalled, used): the index crossed it since the last decision.
+            const uint16_t ev = m.used_event();
+            want = !m.signalled_valid || u16_of(ev - m.signalled) < u16_of(m.used - m.signalled);
+            m.signalled_valid = true;
+            m.signalled = m.used;
+        } else {
+            want = (m.avail_flags() & pvnet::virtio::VIRTQ_AVAIL_F_NO_INTERRUPT) == 0;
+        }
+        check(q->should_signal() == want);
+    }
+
+    void enable_notify() {
+        bool want = false;
+        const bool was_broken = m.broken;
+        if (!was_broken && m.observe()) want = m.last_avail != m.shadow_avail;
+        const uint16_t old_flags = load<uint16_t>(kUsedGpa);
+        check(q->enable_notify() == want);
+        if (was_broken) {
+            check(load<uint16_t>(kUsedGpa) == old_flags);
+        } else if (m.event_idx) {
+            check(load<uint16_t>(kUsedGpa + 4u + 8u * m.size) == m.last_avail);
+        } else {
+            check(load<uint16_t>(kUsedGpa) == 0);
+        }
+    }
+
+    void disable_notify() {
+        const uint16_t old_flags = load<uint16_t>(kUsedGpa);
+        q->disable_notify();
+        const uint16_t want = !m.broken && !m.event_idx ? pvnet::virtio::VIRTQ_USED_F_NO_NOTIFY
+                                                         : old_flags;
+        check(load<uint16_t>(kUsedGpa) == want);
+    }
+
+    void pending() {
+        uint16_t want = 0;
+        if (!m.broken && m.observe()) want = u16_of(m.shadow_avail - m.last_avail);
+        const uint16_t got = q->pending();
+        check(got == want && got <= m.size);
+    }
+
+    /// A well-behaved driver making heads not in flight available again.
+    void refill(uint16_t count) {
+        uint16_t avail = m.avail_idx();
+        for (uint16_t i = 0; i < count; ++i) {
+            uint16_t head = refill_cursor;
+            for (uint16_t tries = 0; tries < m.size && m.inflight[head]; ++tries) {
+                head = u16_of(head + 1u) & m.mask();
+            }
+            refill_cursor = u16_of(head + 1u) & m.mask();
+            store<uint16_t>(kAvailGpa + 4u + 2u * (avail & m.mask()), head);
+            ++avail;
+        }
+        store<uint16_t>(kAvailGpa + 2, avail);
+    }
+
+    /// Rounds of refill, pop everything, use everything, signal, re-arm.
+    void cycle(Reader& r) {
+        const unsigned rounds = 1u + r.u8() % 8u;
+        for (unsigned i = 0; i < rounds && work < kWorkBudget; ++i) {
+            refill(m.size);
+            while (work < kWorkBudget && pop() == PopStatus::Ok) {
+            }
+            for (uint16_t id : outstanding()) add_used(id, m.in_bytes[id]);
+            flush_used();
+            should_signal();
+            enable_notify();
+            check_state();
+        }
+    }
+
+    void poke_avail_idx(Reader& r) {
+        uint16_t v = 0;
+        switch (r.u8() % 4) {
+            case 0: v = u16_of(m.avail_idx() + r.u8() % 4u); break;
+            case 1: v = u16_of(m.last_avail + r.u8()); break;
+            case 2: v = r.u16(); break;
+            default: v = u16_of(m.last_avail + m.size + 1u); break;  // a jump
+        }
+        store<uint16_t>(kAvailGpa + 2, v);
+    }
+
+    void run_op(Reader& r) {
+        switch (r.u8() % 19) {
+            case 0: pop(); break;
+            case 1:
+                for (uint32_t i = 0; i <= m.size && work < kWorkBudget; ++i) {
+                    if (pop() != PopStatus::Ok) break;
+                }
+                break;
+            case 2: {
+                const uint8_t sel = r.u8();
+                const std::vector<uint16_t> out = outstanding();
+                uint16_t id = sel;
+                if ((sel & 0x80) == 0 && !out.empty()) {
+                    id = out[sel % out.size()];
+                } else if (sel == 0xFF) {
+                    id = r.u16();
+                }
+                add_used(id, decode_len(r, id));
+                break;
+            }
+            case 3: flush_used(); break;
+            case 4: {
+                const std::vector<uint16_t> out = outstanding();
+                const uint16_t id = out.empty() ? r.u8() : out[r.u8() % out.size()];
+                add_used(id, decode_len(r, id), true);
+                break;
+            }
+            case 5: push_batch(r); break;
+            case 6: unpop(r); break;
+            case 7: should_signal(); break;
+            case 8: enable_notify(); break;
+            case 9: disable_notify(); break;
+            case 10: pending(); break;
+            case 11: poke_avail_idx(r); break;
+            case 12: {
+                const uint32_t i = uint32_t{r.u8()} % m.size;
+                put_desc(kDescGpa, i, decode_desc(r, kDescGpa));
+                break;
+            }
+            case 13: {
+                const uint32_t slot = uint32_t{r.u8()} % m.size;
+                uint16_t v = r.u8();
+                if (v == 0xFF) v = r.u16();
+                store<uint16_t>(kAvailGpa + 4u + 2u * slot, v);
+                break;
+            }
+            case 14:
+                store<uint16_t>(kAvailGpa + 4u + 2u * m.size, r.u16());  // used_event
+                store<uint16_t>(kAvailGpa, r.u8() & 1u);                  // avail.flags
+                break;
+            case 15: {
+                const uint64_t t = kTablesGpa + 0x1000u * (r.u8() % kTables);
+                const uint32_t i = r.u8();
+                put_desc(t, i, decode_desc(r, kDescGpa));
+                break;
+            }
+            case 16:
+                q->reset();
+                m.reset();
+                break;
+            case 17: refill(u16_of(1u + uint32_t{r.u8()} % m.size)); break;
+            default: cycle(r); break;
+        }
+        check_state();
+    }
+};
+
+/// Default descriptor of slot `i` in a table of `n` for one of four styles:
+/// single readable, single writable, readable+writable pairs, one long chain.
+virtq_desc default_desc(uint8_t style, uint32_t i, uint32_t n, uint64_t data_gpa, uint32_t len) {
+    const uint64_t addr = data_gpa + uint64_t{len} * i;
+    const auto next = static_cast<uint16_t>(i + 1u);
+    switch (style % 4) {
+        case 0: return make_desc(addr, len, 0, 0);
+        case 1: return make_desc(addr, len, VIRTQ_DESC_F_WRITE, 0);
+        case 2:
+            return i % 2 == 0 && i + 1 < n ? make_desc(addr, len, VIRTQ_DESC_F_NEXT, next)
+                                           : make_desc(addr, len, VIRTQ_DESC_F_WRITE, 0);
+        default: {
+            const uint16_t dir = i >= n / 2 ? VIRTQ_DESC_F_WRITE : 0;
+            const uint16_t more = i + 1 < n ? VIRTQ_DESC_F_NEXT : 0;
+            return make_desc(addr, len, static_cast<uint16_t>(dir | more), next);
+        }
+    }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+    Env& e = env();
+    Reader r(data, size);
+    std::memset(e.a_host, 0, kImageBytes);
+
+    // Header.
+    const auto qsize = static_cast<uint16_t>(1u << (r.u8() % 9));
+    const uint8_t features = r.u8();
+    const uint8_t style = r.u8();
+    pvnet::ring::DeviceQueueConfig cfg;
+    cfg.addrs = {qsize, GuestAddr(kDescGpa), GuestAddr(kAvailGpa), GuestAddr(kUsedGpa)};
+    cfg.event_idx = (features & 1u) != 0;
+    cfg.indirect = (features & 2u) != 0;
+    cfg.notify_on_empty = (features & 4u) != 0;
+    const unsigned setup = (features >> 3) & 7u;
+    RingError setup_error = RingError::Count;
+    if (setup == 4) {
+        // Not a power of two.
+        cfg.addrs.size = qsize == 1 ? 0 : static_cast<uint16_t>(qsize + qsize / 2u);
+        setup_error = RingError::BadQueueSize;
+    } else if (setup == 5) {
+        cfg.addrs.avail = GuestAddr(kAvailGpa + 1);  // not 2-aligned
+        setup_error = RingError::RingMisaligned;
+    } else if (setup == 6) {
+        cfg.addrs.desc = GuestAddr(kDescGpa + 8);  // not 16-aligned
+        setup_error = RingError::RingMisaligned;
+    } else if (setup == 7) {
+        cfg.addrs.used = GuestAddr(kCGpa);  // the device cannot write there
+        setup_error = RingError::RingUnmapped;
+    }
+
+    // Ring image: defaults, then the input's pokes. Descriptors past the
+    // table's end look valid too, so a missing `next` bound shows as a chain
+    // popped that the model rejects.
+    for (uint32_t i = 0; i < kMaxSize; ++i) {
+        put_desc(kDescGpa, i, default_desc(style, i, qsize, kDataGpa, 64));
+    }
+    for (uint32_t i = 0; i < qsize; ++i) {
+        store<uint16_t>(kAvailGpa + 4u + 2u * i, static_cast<uint16_t>(i));
+    }
+    store<uint16_t>(kAvailGpa + 2, r.u8());
+    store<uint16_t>(kAvailGpa + 4u + 2u * qsize, r.u16());  // used_event
+    store<uint16_t>(kAvailGpa, r.u8() & 1u);                // avail.flags
+    for (unsigned n = r.u8(); n > 0 && !r.empty(); --n) {
+        const uint32_t i = uint32_t{r.u8()} % qsize;
+        put_desc(kDescGpa, i, decode_desc(r, kDescGpa));
+    }
+    for (unsigned t = 0, tables = r.u8() % (kTables + 1); t < tables; ++t) {
+        const uint64_t gpa = kTablesGpa + 0x1000u * t;
+        const uint32_t entries = 1u + r.u8();
+        const uint8_t tstyle = r.u8();
+        for (uint32_t i = 0; i < kMaxSize; ++i) {
+            put_desc(gpa, i, default_desc(tstyle, i, entries, kDataGpa + 0x4000, 32));
+        }
+        for (unsigned n = r.u8(); n > 0 && !r.empty(); --n) {
+            const uint32_t i = r.u8() % entries;
+            put_desc(gpa, i, decode_desc(r, kDescGpa));
+        }
+        const uint8_t link = r.u8();
+        if ((link & 1u) != 0) {
+            put_desc(kDescGpa, (link >> 1) % qsize,
+                     make_desc(gpa, 16u * entries, VIRTQ_DESC_F_INDIRECT, 0));
+        }
+    }
+    for (unsigned n = r.u8(); n > 0 && !r.empty(); --n) {
+        const uint32_t slot = uint32_t{r.u8()} % qsize;
+        uint16_t v = r.u8();
+        if (v == 0xFF) v = r.u16();
+        store<uint16_t>(kAvailGpa + 4u + 2u * slot, v);
+    }
+
+    auto q = SplitDeviceQueue::create(e.table, cfg);
+    if (setup_error != RingError::Count) {
+        check(!q.has_value() && q.error() == setup_error);
+        return 0;
+    }
+    check(q.has_value());
+
+    Harness h;
+    h.q = std::move(q.value());
+    h.m.size = qsize;
+    h.m.event_idx = cfg.event_idx;
+    h.m.indirect = cfg.indirect;
+    h.m.notify_on_empty = cfg.notify_on_empty;
+    h.check_state();
+    for (std::size_t op = 0; op < kMaxOps && !r.empty() && h.work < kWorkBudget; ++op) {
+        h.run_op(r);
+    }
+    return 0;
+}
