@@ -1,0 +1,576 @@
+// SplitDeviceQueue doing its job with a well-behaved driver: popping chains
+// into host iovecs, publishing used entries in bursts, 16-bit index
+// wrap-around, unpop, and the notification decisions (VIRTIO 1.2 2.7.7
+// "Used Buffer Notification Suppression", 2.7.10 "Available Buffer
+// Notification Suppression"; Linux vhost_notify / vhost_enable_notify).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pvnet/mem/guest_addr.h"
+#include "pvnet/ring/device_queue.h"
+#include "pvnet/virtio/virtio_ring.h"
+#include "ring_builder.h"
+
+namespace pvnet::ring {
+namespace {
+
+using mem::GuestAddr;
+using test::Publish;
+using test::QueueFeatures;
+using test::RawUsed;
+using test::RingBuilder;
+using virtio::VIRTQ_AVAIL_F_NO_INTERRUPT;
+using virtio::VIRTQ_USED_F_NO_NOTIFY;
+
+/// What a popped chain looked like, comparable across pops.
+struct Snapshot {
+    uint16_t head = 0;
+    uint16_t out_num = 0;
+    uint16_t in_num = 0;
+    uint32_t out_bytes = 0;
+    uint32_t in_bytes = 0;
+    std::vector<std::pair<const void*, std::size_t>> iov;
+    bool operator==(const Snapshot&) const = default;
+};
+
+Snapshot snapshot(const DescChain& c) {
+    Snapshot s{c.head, c.out_num, c.in_num, c.out_bytes, c.in_bytes, {}};
+    for (std::size_t i = 0; i < std::size_t{c.out_num} + c.in_num; ++i) {
+        s.iov.emplace_back(c.iov[i].iov_base, c.iov[i].iov_len);
+    }
+    return s;
+}
+
+struct Mode {
+    bool event_idx;
+    bool indirect;
+};
+
+class DeviceQueue : public ::testing::TestWithParam<Mode> {
+protected:
+    void SetUp() override { init(256); }
+
+    void init(uint16_t size, std::size_t mem_bytes = RingBuilder::kDefaultMemBytes) {
+        q_.reset();
+        rb_ = std::make_unique<RingBuilder>(
+            size, RingBuilder::Options{GuestAddr(RingBuilder::kDefaultBase), mem_bytes});
+        q_ = rb_->make_device(
+            QueueFeatures{.event_idx = GetParam().event_idx, .indirect = GetParam().indirect});
+    }
+
+    /// Adds a chain the way this mode's driver would: direct, or one
+    /// indirect descriptor when the table is worth it.
+    uint16_t add(std::span<const Buf> readable, std::span<const Buf> writable,
+                 Publish publish = Publish::Yes) {
+        return GetParam().indirect ? rb_->add_indirect_chain(readable, writable, publish)
+                                   : rb_->add_chain(readable, writable, publish);
+    }
+    uint16_t add(std::initializer_list<Buf> readable, std::initializer_list<Buf> writable,
+                 Publish publish = Publish::Yes) {
+        return add(std::span<const Buf>(readable.begin(), readable.size()),
+                   std::span<const Buf>(writable.begin(), writable.size()), publish);
+    }
+
+    PopStatus pop() { return q_->pop(*chain_); }
+
+    /// Each buffer became exactly one iovec at the builder's host address
+    /// for it, readable ones first, and carries the builder's bytes.
+    void expect_iovs(std::span<const Buf> readable, std::span<const Buf> writable) {
+        ASSERT_EQ(chain_->out_num, readable.size());
+        ASSERT_EQ(chain_->in_num, writable.size());
+        uint32_t out_bytes = 0;
+        uint32_t in_bytes = 0;
+        std::size_t i = 0;
+        for (const Buf& b : readable) {
+            EXPECT_EQ(chain_->iov[i].iov_base, rb_->host(b.gpa, b.len)) << "iov " << i;
+            EXPECT_EQ(chain_->iov[i].iov_len, b.len) << "iov " << i;
+            out_bytes += b.len;
+            ++i;
+        }
+        for (const Buf& b : writable) {
+            EXPECT_EQ(chain_->iov[i].iov_base, rb_->host(b.gpa, b.len)) << "iov " << i;
+            EXPECT_EQ(chain_->iov[i].iov_len, b.len) << "iov " << i;
+            in_bytes += b.len;
+            ++i;
+        }
+        EXPECT_EQ(chain_->out_bytes, out_bytes);
+        EXPECT_EQ(chain_->in_bytes, in_bytes);
+        EXPECT_EQ(chain_->readable().size(), readable.size());
+        EXPECT_EQ(chain_->writable().size(), writable.size());
+        if (!writable.empty()) {
+            EXPECT_EQ(chain_->writable().data(), &chain_->iov[readable.size()]);
+        }
+    }
+
+    std::unique_ptr<RingBuilder> rb_;
+    std::unique_ptr<SplitDeviceQueue> q_;
+    std::unique_ptr<DescChain> chain_ = std::make_unique<DescChain>();
+};
+
+// ---- pop ----------------------------------------------------------------------
+
+TEST_P(DeviceQueue, PopsReadableChainIntoHostIovecs) {
+    const std::vector<Buf> out = {rb_->alloc_buf(12, 1), rb_->alloc_buf(200, 2),
+                                  rb_->alloc_buf(4096, 3)};
+    const uint16_t head = add(out, {});
+    ASSERT_EQ(pop(), PopStatus::Ok);
+    EXPECT_EQ(chain_->head, head);
+    expect_iovs(out, {});
+    // The device reads the driver's bytes through the iovecs.
+    const auto* p = static_cast<const std::byte*>(chain_->iov[1].iov_base);
+    for (std::size_t k = 0; k < 200; ++k) ASSERT_EQ(p[k], RingBuilder::pattern_byte(2, k)) << k;
+    EXPECT_EQ(q_->stats().pops.get(), 1u);
+}
+
+TEST_P(DeviceQueue, PopsReadableThenWritableChain) {
+    const std::vector<Buf> out = {rb_->alloc_buf(12)};
+    const std::vector<Buf> in = {rb_->alloc_buf(1500), rb_->alloc_buf(64)};
+    const uint16_t head = add(out, in);
+    ASSERT_EQ(pop(), PopStatus::Ok);
+    EXPECT_EQ(chain_->head, head);
+    expect_iovs(out, in);
+    // The builder laid out what it was asked to (its read_chain sees it too).
+    const auto descs = rb_->read_chain(head);
+    ASSERT_EQ(descs.size(), 3u);
+    EXPECT_EQ(descs[0].addr, out[0].gpa.value);
+    EXPECT_EQ(descs[2].flags & virtio::VIRTQ_DESC_F_WRITE, virtio::VIRTQ_DESC_F_WRITE);
+    // The device writes where the driver will read.
+    std::memset(chain_->writable()[0].iov_base, 0xab, 1500);
+    EXPECT_EQ(*rb_->host(GuestAddr(in[0].gpa.value + 1499)), std::byte{0xab});
+}
+
+TEST_P(DeviceQueue, PopsWritableOnlyChain) {
+    const std::vector<Buf> in = {rb_->alloc_buf(2048), rb_->alloc_buf(2048), rb_->alloc_buf(1)};
+    add({}, in);
+    ASSERT_EQ(pop(), PopStatus::Ok);
+    expect_iovs({}, in);
+}
+
+TEST_P(DeviceQueue, PopsChainsInAvailOrder) {
+    std::vector<uint16_t> heads;
+    std::vector<Buf> bufs;
+    for (int i = 0; i < 5; ++i) {
+        bufs.push_back(rb_->alloc_buf(100 + static_cast<uint32_t>(i)));
+        heads.push_back(add({bufs.back()}, {}));
+    }
+    for (int i = 0; i < 5; ++i) {
+        ASSERT_EQ(pop(), PopStatus::Ok);
+        EXPECT_EQ(chain_->head, heads[static_cast<std::size_t>(i)]);
+        expect_iovs(std::span<const Buf>(&bufs[static_cast<std::size_t>(i)], 1), {});
+    }
+    EXPECT_EQ(pop(), PopStatus::Empty);
+}
+
+// Two regions adjacent in guest space are two host mappings: one buffer
+// across the boundary becomes one iovec per region.
+TEST_P(DeviceQueue, SplitsBufferAcrossAdjacentRegionsIntoTwoIovecs) {
+    const GuestAddr boundary = rb_->main_end();
+    rb_->add_region(boundary, 1 << 16);
+    const Buf hdr = rb_->alloc_buf(12);
+    const Buf across{GuestAddr(boundary.value - 100), 300};
+    rb_->fill_pattern(across.gpa, 100, 9);
+    add({hdr}, {across});
+    ASSERT_EQ(pop(), PopStatus::Ok);
+    ASSERT_EQ(chain_->out_num, 1);
+    ASSERT_EQ(chain_->in_num, 2);
+    EXPECT_EQ(chain_->in_bytes, 300u);
+    const auto w = chain_->writable();
+    EXPECT_EQ(w[0].iov_base, rb_->host(across.gpa, 100));
+    EXPECT_EQ(w[0].iov_len, 100u);
+    EXPECT_EQ(w[1].iov_base, rb_->host(boundary, 200));
+    EXPECT_EQ(w[1].iov_len, 200u);
+    EXPECT_NE(static_cast<std::byte*>(w[0].iov_base) + 100, w[1].iov_base)
+        << "the regions happen to be host-adjacent; the test shows nothing";
+}
+
+TEST_P(DeviceQueue, ReturnsEmptyWhenNothingAvailable) {
+    EXPECT_EQ(pop(), PopStatus::Empty);
+    EXPECT_EQ(q_->pending(), 0);
+    // Laid out but not yet published: still nothing.
+    add({rb_->alloc_buf(64)}, {}, Publish::No);
+    EXPECT_EQ(pop(), PopStatus::Empty);
+    rb_->publish();
+    EXPECT_EQ(q_->pending(), 1);
+    EXPECT_EQ(pop(), PopStatus::Ok);
+    EXPECT_EQ(pop(), PopStatus::Empty);
+    EXPECT_EQ(q_->stats().pops.get(), 1u);
+    EXPECT_FALSE(q_->broken());
+}
+
+// ---- push -------------------------------------------------------------------
+
+TEST_P(DeviceQueue, PushUsedPublishesEachEntry) {
+    std::vector<uint16_t> heads;
+    for (int i = 0; i < 3; ++i) heads.push_back(add({}, {rb_->alloc_buf(1000)}));
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(pop(), PopStatus::Ok);
+    for (uint16_t i = 0; i < 3; ++i) {
+        ASSERT_TRUE(q_->push_used(heads[i], 100u * i).has_value());
+        EXPECT_EQ(rb_->used_idx(), i + 1);
+        EXPECT_EQ(rb_->used_elem(i), (RawUsed{heads[i], 100u * i}));
+    }
+    EXPECT_EQ(q_->used_idx(), RingIdx(3));
+    EXPECT_EQ(q_->stats().pushes.get(), 3u);
+    EXPECT_EQ(q_->stats().used_publishes.get(), 3u);
+}
+
+TEST_P(DeviceQueue, AddUsedStagesEntriesUntilOneFlush) {
+    std::vector<uint16_t> heads;
+    for (int i = 0; i < 4; ++i) heads.push_back(add({}, {rb_->alloc_buf(1000)}));
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(pop(), PopStatus::Ok);
+    // Completed out of order: used entries follow completion order.
+    const uint16_t order[] = {2, 0, 3, 1};
+    for (uint16_t k : order) ASSERT_TRUE(q_->add_used(heads[k], 10u + k).has_value());
+    EXPECT_EQ(rb_->used_idx(), 0) << "staged entries are not visible before flush";
+    EXPECT_EQ(q_->stats().used_publishes.get(), 0u);
+    q_->flush_used();
+    EXPECT_EQ(rb_->used_idx(), 4);
+    EXPECT_EQ(q_->stats().used_publishes.get(), 1u);
+    for (uint16_t s = 0; s < 4; ++s) {
+        EXPECT_EQ(rb_->used_elem(s), (RawUsed{heads[order[s]], 10u + order[s]})) << s;
+    }
+    q_->flush_used();  // nothing staged: no second publish
+    EXPECT_EQ(q_->stats().used_publishes.get(), 1u);
+}
+
+TEST_P(DeviceQueue, PushUsedBatchPublishesOnce) {
+    std::vector<UsedElem> batch;
+    for (int i = 0; i < 5; ++i) batch.push_back(UsedElem{add({}, {rb_->alloc_buf(500)}), 0});
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+        ASSERT_EQ(pop(), PopStatus::Ok);
+        batch[i].len = static_cast<uint32_t>(i * 100);
+    }
+    ASSERT_TRUE(q_->push_used_batch(batch).has_value());
+    EXPECT_EQ(rb_->used_idx(), 5);
+    EXPECT_EQ(q_->stats().used_publishes.get(), 1u);
+    for (uint16_t s = 0; s < 5; ++s) {
+        EXPECT_EQ(rb_->used_elem(s), (RawUsed{batch[s].id, batch[s].len}));
+    }
+}
+
+// A bad entry stops the batch; those before it are still published, once.
+TEST_P(DeviceQueue, PushUsedBatchStopsAtFirstBadEntry) {
+    const uint16_t a = add({}, {rb_->alloc_buf(500)});
+    const uint16_t b = add({}, {rb_->alloc_buf(500)});
+    ASSERT_EQ(pop(), PopStatus::Ok);
+    ASSERT_EQ(pop(), PopStatus::Ok);
+    const UsedElem batch[] = {{a, 1}, {b, 501}, {b, 2}};
+    auto s = q_->push_used_batch(batch);
+    ASSERT_FALSE(s.has_value());
+    EXPECT_EQ(s.error(), RingError::PushLenTooLong);
+    EXPECT_EQ(rb_->used_idx(), 1);
+    EXPECT_EQ(rb_->used_elem(0), (RawUsed{a, 1}));
+    EXPECT_EQ(q_->stats().used_publishes.get(), 1u);
+    EXPECT_FALSE(q_->broken());
+}
+
+// ---- 16-bit wrap-around -------------------------------------------------------
+
+// More than 2^16 pop/push cycles on an 8-entry ring, in bursts of 1..3
+// two-buffer chains, so the wrap of avail.idx and used.idx falls inside a
+// burst. The driver wants an interrupt after every other burst.
+TEST_P(DeviceQueue, WrapsSixteenBitIndices) {
+    init(8, std::size_t{16} << 20);
+    const Buf in = rb_->alloc_buf(256);
+    const Buf out = rb_->alloc_buf(64, 5);
+    const bool event_idx = GetParam().event_idx;
+    uint32_t used_total = 0;
+    uint32_t burst_no = 0;
+    EXPECT_TRUE(q_->should_signal());  // first decision after reset: always
+    while (used_total < 70000) {
+        const uint16_t burst = static_cast<uint16_t>(1 + burst_no % 3);
+        std::vector<UsedElem> done;
+        for (uint16_t k = 0; k < burst; ++k) {
+            const uint16_t head = add({out}, {in});
+            ASSERT_EQ(pop(), PopStatus::Ok) << used_total;
+            ASSERT_EQ(chain_->head, head);
+            ASSERT_EQ(chain_->out_num + chain_->in_num, 2);
+            ASSERT_EQ(chain_->iov[0].iov_base, rb_->host(out.gpa));
+            ASSERT_EQ(chain_->iov[1].iov_base, rb_->host(in.gpa));
+            done.push_back(UsedElem{head, 7});
+        }
+        ASSERT_EQ(pop(), PopStatus::Empty);
+        const auto old_used = static_cast<uint16_t>(used_total);
+        const bool want = burst_no % 2 == 0;
+        if (event_idx) {
+            // used_event = the old used.idx: crossed by this burst. Old - 1:
+            // already passed, no new interrupt.
+            rb_->set_used_event(want ? old_used : static_cast<uint16_t>(old_used - 1));
+        } else {
+            rb_->set_avail_flags(want ? 0 : VIRTQ_AVAIL_F_NO_INTERRUPT);
+        }
+        ASSERT_TRUE(q_->push_used_batch(done).has_value());
+        used_total += burst;
+        ASSERT_EQ(rb_->used_idx(), static_cast<uint16_t>(used_total));
+        ASSERT_EQ(q_->used_idx(), RingIdx(static_cast<uint16_t>(used_total)));
+        ASSERT_EQ(q_->last_avail_idx(), RingIdx(static_cast<uint16_t>(used_total)));
+        const uint16_t last_slot = static_cast<uint16_t>((used_total - 1) % 8);
+        ASSERT_EQ(rb_->used_elem(last_slot), (RawUsed{done.back().id, 7}));
+        ASSERT_EQ(q_->should_signal(), want) << "burst " << burst_no;
+        ++burst_no;
+    }
+    EXPECT_EQ(q_->stats().pops.get(), used_total);
+    EXPECT_EQ(q_->stats().used_publishes.get(), burst_no);
+    EXPECT_FALSE(q_->broken());
+}
+
+// ---- unpop ------------------------------------------------------------------
+
+TEST_P(DeviceQueue, UnpopReturnsChainsThatPopAgainIdentically) {
+    std::vector<Snapshot> first;
+    for (uint32_t i = 0; i < 4; ++i) add({rb_->alloc_buf(20 + i)}, {rb_->alloc_buf(900 + i)});
+    for (int i = 0; i < 4; ++i) {
+        ASSERT_EQ(pop(), PopStatus::Ok);
+        first.push_back(snapshot(*chain_));
+    }
+    q_->unpop(2);
+    EXPECT_EQ(q_->last_avail_idx(), RingIdx(2));
+    EXPECT_EQ(q_->pending(), 2);
+    // Given back, so not in flight: pushing one now is the caller's error.
+    auto s = q_->push_used(first[3].head, 0);
+    ASSERT_FALSE(s.has_value());
+    EXPECT_EQ(s.error(), RingError::PushIdNotInflight);
+
+    for (std::size_t i = 2; i < 4; ++i) {
+        ASSERT_EQ(pop(), PopStatus::Ok);
+        EXPECT_EQ(snapshot(*chain_), first[i]) << i;
+    }
+    EXPECT_EQ(pop(), PopStatus::Empty);
+    for (const Snapshot& c : first) ASSERT_TRUE(q_->push_used(c.head, c.in_bytes).has_value());
+    EXPECT_EQ(rb_->used_idx(), 4);
+    EXPECT_FALSE(q_->broken());
+}
+
+// unpop across the 16-bit wrap of last_avail_idx.
+TEST_P(DeviceQueue, UnpopAcrossIndexWrap) {
+    init(8);
+    const Buf b = rb_->alloc_buf(64);
+    // Cycle chains until last_avail_idx stands 2 short of the wrap.
+    for (uint32_t i = 0; i < 65534; ++i) {
+        const uint16_t head = add({b}, {});
+        ASSERT_EQ(pop(), PopStatus::Ok);
+        ASSERT_TRUE(q_->push_used(head, 0).has_value());
+    }
+    ASSERT_EQ(q_->last_avail_idx(), RingIdx(65534));
+    std::vector<Snapshot> first;
+    for (int i = 0; i < 4; ++i) add({b}, {});
+    for (int i = 0; i < 4; ++i) {
+        ASSERT_EQ(pop(), PopStatus::Ok);
+        first.push_back(snapshot(*chain_));
+    }
+    ASSERT_EQ(q_->last_avail_idx(), RingIdx(2));
+    q_->unpop(3);
+    EXPECT_EQ(q_->last_avail_idx(), RingIdx(65535));
+    for (std::size_t i = 1; i < 4; ++i) {
+        ASSERT_EQ(pop(), PopStatus::Ok);
+        EXPECT_EQ(snapshot(*chain_), first[i]) << i;
+    }
+}
+
+std::string mode_name(const ::testing::TestParamInfo<Mode>& info) {
+    return std::string(info.param.event_idx ? "EventIdx" : "NoEventIdx") +
+           (info.param.indirect ? "Indirect" : "Direct");
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, DeviceQueue,
+                         ::testing::Values(Mode{false, false}, Mode{false, true}, Mode{true, false},
+                                           Mode{true, true}),
+                         mode_name);
+
+// ---- should_signal --------------------------------------------------------------
+
+struct SignalRig {
+    explicit SignalRig(QueueFeatures f, uint16_t size = 8) : rb(size), q(rb.make_device(f)) {}
+
+    /// Makes `n` one-buffer chains available, pops them, returns heads.
+    std::vector<uint16_t> pop_n(uint16_t n) {
+        std::vector<uint16_t> heads;
+        for (uint16_t i = 0; i < n; ++i) rb.add_chain({}, {buf});
+        for (uint16_t i = 0; i < n; ++i) {
+            EXPECT_EQ(q->pop(*chain), PopStatus::Ok);
+            heads.push_back(chain->head);
+        }
+        return heads;
+    }
+    void push_all(const std::vector<uint16_t>& heads) {
+        std::vector<UsedElem> e;
+        for (uint16_t h : heads) e.push_back(UsedElem{h, 0});
+        EXPECT_TRUE(q->push_used_batch(e).has_value());
+    }
+
+    RingBuilder rb;
+    std::unique_ptr<SplitDeviceQueue> q;
+    std::unique_ptr<DescChain> chain = std::make_unique<DescChain>();
+    Buf buf = rb.alloc_buf(64);
+};
+
+TEST(DeviceQueueSignal, WithoutEventIdxHonoursNoInterrupt) {
+    SignalRig r(QueueFeatures{});
+    r.push_all(r.pop_n(1));
+    EXPECT_TRUE(r.q->should_signal());
+    r.rb.set_avail_flags(VIRTQ_AVAIL_F_NO_INTERRUPT);
+    r.push_all(r.pop_n(1));
+    EXPECT_FALSE(r.q->should_signal());
+    r.rb.set_avail_flags(0);
+    r.push_all(r.pop_n(2));
+    EXPECT_TRUE(r.q->should_signal());
+    // used_event means nothing without EVENT_IDX.
+    r.rb.set_used_event(1000);
+    r.push_all(r.pop_n(1));
+    EXPECT_TRUE(r.q->should_signal());
+    EXPECT_EQ(r.q->stats().signals_needed.get(), 3u);
+    EXPECT_EQ(r.q->stats().signals_suppressed.get(), 1u);
+}
+
+// Against a brute-force model: signal iff some used.idx value in
+// [old, new) equals used_event, for bursts of 1..4 and used_event placed
+// from 3 behind to 5 ahead, over more than one 16-bit wrap. NO_INTERRUPT
+// is set throughout and must be ignored.
+TEST(DeviceQueueSignal, WithEventIdxSignalsExactlyWhenUsedIdxCrossesUsedEvent) {
+    SignalRig r(QueueFeatures{.event_idx = true});
+    r.rb.set_avail_flags(VIRTQ_AVAIL_F_NO_INTERRUPT);
+    r.rb.set_used_event(0);
+    r.push_all(r.pop_n(1));
+    EXPECT_TRUE(r.q->should_signal());  // nothing signalled yet: always
+    uint16_t used = 1;
+    uint32_t rounds = 0;
+    uint64_t yes = 0;
+    uint64_t no = 0;
+    for (uint32_t total = 1; total < 70000; ++rounds) {
+        const auto n = static_cast<uint16_t>(1 + rounds % 4);
+        const int delta = static_cast<int>(rounds % 9) - 3;
+        const auto event = static_cast<uint16_t>(used + delta);
+        r.rb.set_used_event(event);
+        r.push_all(r.pop_n(n));
+        bool model = false;
+        for (uint16_t k = 0; k < n; ++k) model |= static_cast<uint16_t>(used + k) == event;
+        used = static_cast<uint16_t>(used + n);
+        total += n;
+        ASSERT_EQ(r.q->should_signal(), model) << "used " << used << " event " << event;
+        (model ? yes : no) += 1;
+        // Asking again with nothing new published: no second interrupt.
+        if (rounds % 5 == 0) {
+            ASSERT_FALSE(r.q->should_signal());
+        }
+    }
+    EXPECT_GT(yes, 1000u);
+    EXPECT_GT(no, 1000u);
+}
+
+TEST(DeviceQueueSignal, NotifyOnEmptyForcesSignalWhenRingRunsDry) {
+    SignalRig r(QueueFeatures{.notify_on_empty = true});
+    r.rb.set_avail_flags(VIRTQ_AVAIL_F_NO_INTERRUPT);
+    r.rb.add_chain({}, {r.buf});
+    r.rb.add_chain({}, {r.buf});
+    ASSERT_EQ(r.q->pop(*r.chain), PopStatus::Ok);
+    r.push_all({r.chain->head});
+    EXPECT_FALSE(r.q->should_signal()) << "one chain still available";
+    ASSERT_EQ(r.q->pop(*r.chain), PopStatus::Ok);
+    r.push_all({r.chain->head});
+    EXPECT_TRUE(r.q->should_signal()) << "ran dry: NOTIFY_ON_EMPTY overrides NO_INTERRUPT";
+}
+
+TEST(DeviceQueueSignal, NotifyOnEmptyOverridesUsedEventWithEventIdx) {
+    SignalRig r(QueueFeatures{.event_idx = true, .notify_on_empty = true});
+    r.push_all(r.pop_n(1));
+    EXPECT_TRUE(r.q->should_signal());
+    r.rb.set_used_event(1000);  // far ahead: no interrupt wanted yet
+    r.rb.add_chain({}, {r.buf});
+    r.rb.add_chain({}, {r.buf});
+    ASSERT_EQ(r.q->pop(*r.chain), PopStatus::Ok);
+    r.push_all({r.chain->head});
+    EXPECT_FALSE(r.q->should_signal());
+    ASSERT_EQ(r.q->pop(*r.chain), PopStatus::Ok);
+    r.push_all({r.chain->head});
+    EXPECT_TRUE(r.q->should_signal());
+}
+
+TEST(DeviceQueueSignal, WithoutNotifyOnEmptyADryRingStaysSuppressed) {
+    SignalRig r(QueueFeatures{});
+    r.rb.set_avail_flags(VIRTQ_AVAIL_F_NO_INTERRUPT);
+    r.push_all(r.pop_n(2));
+    EXPECT_FALSE(r.q->should_signal());
+}
+
+// ---- disable_notify / enable_notify ---------------------------------------------
+
+TEST(DeviceQueueNotify, DisableSetsNoNotifyWithoutEventIdx) {
+    SignalRig r(QueueFeatures{});
+    EXPECT_EQ(r.rb.used_flags(), 0);
+    r.q->disable_notify();
+    EXPECT_EQ(r.rb.used_flags(), VIRTQ_USED_F_NO_NOTIFY);
+}
+
+TEST(DeviceQueueNotify, DisableLeavesFlagsAndAvailEventWithEventIdx) {
+    SignalRig r(QueueFeatures{.event_idx = true});
+    r.pop_n(3);
+    EXPECT_FALSE(r.q->enable_notify());
+    ASSERT_EQ(r.rb.avail_event(), 3);
+    r.q->disable_notify();
+    EXPECT_EQ(r.rb.used_flags(), 0);
+    EXPECT_EQ(r.rb.avail_event(), 3);
+}
+
+TEST(DeviceQueueNotify, EnableClearsNoNotifyAndReportsNothingNew) {
+    SignalRig r(QueueFeatures{});
+    r.pop_n(2);
+    r.q->disable_notify();
+    EXPECT_FALSE(r.q->enable_notify());
+    EXPECT_EQ(r.rb.used_flags(), 0);
+    EXPECT_EQ(r.q->stats().notify_rechecks.get(), 0u);
+}
+
+TEST(DeviceQueueNotify, EnableWritesAvailEventAtLastAvailIdxWithEventIdx) {
+    SignalRig r(QueueFeatures{.event_idx = true});
+    r.rb.set_avail_event(0xbeef);
+    EXPECT_FALSE(r.q->enable_notify());
+    EXPECT_EQ(r.rb.avail_event(), 0);
+    r.pop_n(5);
+    EXPECT_FALSE(r.q->enable_notify());
+    EXPECT_EQ(r.rb.avail_event(), 5);
+    EXPECT_EQ(r.rb.used_flags(), 0);
+    // Seen but not yet popped: avail_event stays at the first unpopped
+    // index (not the observed avail.idx), and there is work to do.
+    r.rb.add_chain({}, {r.buf});
+    r.rb.add_chain({}, {r.buf});
+    ASSERT_EQ(r.q->pop(*r.chain), PopStatus::Ok);
+    EXPECT_TRUE(r.q->enable_notify());
+    EXPECT_EQ(r.rb.avail_event(), 6);
+}
+
+// The driver publishes after the device's last empty pop but before it
+// re-arms: enable_notify must notice, or the buffer waits for a kick the
+// driver suppressed.
+TEST(DeviceQueueNotify, EnableReportsBufferSlippedInWithoutEventIdx) {
+    SignalRig r(QueueFeatures{});
+    r.pop_n(1);
+    r.q->disable_notify();
+    ASSERT_EQ(r.q->pop(*r.chain), PopStatus::Empty);
+    r.rb.add_chain({}, {r.buf});
+    EXPECT_TRUE(r.q->enable_notify());
+    EXPECT_EQ(r.rb.used_flags(), 0);
+    EXPECT_EQ(r.q->stats().notify_rechecks.get(), 1u);
+    EXPECT_EQ(r.q->pop(*r.chain), PopStatus::Ok);
+    EXPECT_FALSE(r.q->enable_notify());
+}
+
+TEST(DeviceQueueNotify, EnableReportsBufferSlippedInWithEventIdx) {
+    SignalRig r(QueueFeatures{.event_idx = true});
+    r.pop_n(2);
+    ASSERT_EQ(r.q->pop(*r.chain), PopStatus::Empty);
+    r.rb.add_chain({}, {r.buf});
+    EXPECT_TRUE(r.q->enable_notify());
+    EXPECT_EQ(r.rb.avail_event(), 2);
+    EXPECT_EQ(r.q->stats().notify_rechecks.get(), 1u);
+    ASSERT_EQ(r.q->pop(*r.chain), PopStatus::Ok);
+    EXPECT_FALSE(r.q->enable_notify());
+    EXPECT_EQ(r.rb.avail_event(), 3);
+}
+
+}  // namespace
+}  // namespace pvnet::ring
