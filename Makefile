@@ -18,7 +18,7 @@ SHELL := /bin/bash
 
 BUILD_ROOT      ?= build
 FUZZ_SECONDS    ?= 60
-FUZZ_ARGS       ?= -timeout=10
+FUZZ_ARGS       ?= -timeout=10 -close_fd_mask=2
 JOBS            ?= 2
 CTEST_TIMEOUT   ?= 600
 ASAN_CTEST_ARGS ?= -LE slow

@@ -64,6 +64,7 @@ void SplitDeviceQueue::reset() noexcept {
     broken_ = false;
     broken_reason_ = RingError::Count;
     std::memset(inflight_bits_.get(), 0, (ptrs_.size + 63u) / 64u * sizeof(uint64_t));
+    std::memset(popped_heads_.get(), 0, ptrs_.size * sizeof(uint16_t));
 }
 
 PopStatus SplitDeviceQueue::fail(RingError e) noexcept {
@@ -207,7 +208,7 @@ void SplitDeviceQueue::unpop(uint16_t n) noexcept {
     for (uint16_t i = 0; i < n; ++i) {
         const RingIdx idx = last_avail_idx_ - 1;
         const uint16_t head = popped_heads_[idx.slot(ptrs_.size)];
-        if (!PVNET_ASSERT(inflight(head))) return;
+        if (!PVNET_ASSERT(head < ptrs_.size && inflight(head))) return;
         inflight_bits_[head / 64] &= ~(uint64_t{1} << (head % 64));
         last_avail_idx_ = idx;
     }
