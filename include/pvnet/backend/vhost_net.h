@@ -119,7 +119,7 @@ private:
              std::unique_ptr<ring::SplitDeviceQueue> rx, std::unique_ptr<ring::SplitDeviceQueue> tx,
              notify::EventFd wake);
     void worker() noexcept;
-    void wait_for_work() noexcept;
+    void wait_for_work(int timeout_ms) noexcept;
     void signal(ring::SplitDeviceQueue& q, const notify::EventFd* call, Counter& calls) noexcept;
 
     VhostNetConfig cfg_;

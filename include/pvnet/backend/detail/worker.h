@@ -87,11 +87,10 @@ void VhostNet<Port>::stop() noexcept {
 }
 
 template <typename Port>
-void VhostNet<Port>::wait_for_work() noexcept {
+void VhostNet<Port>::wait_for_work(int timeout_ms) noexcept {
     epoll_event ev[4];
-    // Bounded so a lost wakeup shows as latency in the stats, never a hang.
-    const int n = epoll_wait(epoll_fd_, ev, 4, 100);
-    stats_.wakeups.add();
+    const int n = epoll_wait(epoll_fd_, ev, 4, timeout_ms);
+    if (timeout_ms != 0) stats_.wakeups.add();
     for (int i = 0; i < n; ++i) {
         const uint32_t w = ev[i].data.u32;
         if (w & kTxWork) {
@@ -115,10 +114,16 @@ void VhostNet<Port>::worker() noexcept {
         if (cfg_.mode == RunMode::Poll) {
             pending_ = kTxWork | kRxWork;
         } else if (pending_ == 0) {
-            wait_for_work();
+            // Bounded so a lost wakeup shows as latency in the stats, never a hang.
+            wait_for_work(100);
             // A flood port is always readable and has no fd to wait on.
             if (port_.rx_pending() && !rx_->broken()) pending_ |= kRxWork;
             continue;
+        } else if (pending_ != (kTxWork | kRxWork)) {
+            // A handler requeued itself: collect kicks that came meanwhile
+            // without sleeping, as vhost_poll_queue adds work to the list
+            // while another handler runs.
+            wait_for_work(0);
         }
         const uint32_t work = pending_;
         pending_ = 0;
