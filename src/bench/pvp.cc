@@ -2,9 +2,6 @@
 // GenLoopPort, and a guest thread doing io forwarding.
 #include "pvnet/bench/pvp.h"
 
-#include <pthread.h>
-#include <time.h>
-#include <unistd.h>
 #include <x86intrin.h>
 
 #include <algorithm>
@@ -13,30 +10,12 @@
 #include <thread>
 
 #include "pvnet/frontend/virtio_net.h"
-#include "pvnet/mem/memory_region.h"
 #include "pvnet/port/gen_loop_port.h"
+#include "testbed.h"
 #include "pvnet/util/thread.h"
 
 namespace pvnet::bench {
 namespace {
-
-constexpr uint64_t kGuestBase = 0x100000;
-
-uint64_t now_ns() noexcept {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-uint64_t thread_cpu_ns(pthread_t t) noexcept {
-    clockid_t c;
-    if (pthread_getcpuclockid(t, &c) != 0) return 0;
-    timespec ts{};
-    clock_gettime(c, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
 // Counters sampled at the edges of the measured window.
 struct Sample {
@@ -67,53 +46,23 @@ PvpResult run_pvp(const PvpConfig& cfg) noexcept {
     frontend::VirtioNetConfig fc;
     fc.rx_size = fc.tx_size = cfg.queue_size;
     fc.event_idx = cfg.event_idx;
-    const uint64_t area = frontend::VirtioNet::area_bytes(fc);
-
-    // The guest's memory and, separately mapped, the backend's view of it:
-    // the two sides share bytes, never pointers.
-    auto guest = mem::MemoryRegion::create(area, "pvnet-guest");
-    if (!guest) {
-        res.error = "guest memory";
-        return res;
-    }
-    auto host_view = mem::MemoryRegion::map_fd(dup(guest->fd()), guest->size(), 0);
-    if (!host_view) {
-        res.error = "backend mapping";
-        return res;
-    }
-    mem::MemoryTable guest_table, backend_table;
-    (void)guest_table.add(mem::GuestAddr(kGuestBase), guest->bytes());
-    (void)backend_table.add(mem::GuestAddr(kGuestBase), host_view->bytes());
-
-    auto rx_kick = notify::EventFd::create(), tx_kick = notify::EventFd::create();
-    auto rx_call = notify::EventFd::create(), tx_call = notify::EventFd::create();
-    if (!rx_kick || !tx_kick || !rx_call || !tx_call) {
-        res.error = "eventfd";
-        return res;
-    }
-    auto fe = frontend::VirtioNet::create(
-        guest_table, mem::GuestAddr(kGuestBase), guest->size(), fc,
-        frontend::VirtioNetFds{&*rx_kick, &*tx_kick, &*rx_call, &*tx_call});
-    if (!fe) {
-        res.error = "frontend setup";
+    Testbed tb;
+    if (auto err = tb.setup(fc)) {
+        res.error = *err;
         return res;
     }
     port::GenLoopPort port(*fmt);
-    backend::VhostNetConfig bc;
-    bc.rx.addrs = (*fe)->rx_addrs();
-    bc.tx.addrs = (*fe)->tx_addrs();
-    bc.rx.event_idx = bc.tx.event_idx = cfg.event_idx;
+    backend::VhostNetConfig bc = tb.backend_config(cfg.event_idx);
     bc.rx_weight = cfg.weight;
     bc.tx_weight = cfg.tx_weight;
     bc.mode = cfg.mode;
-    auto be = backend::VhostNet<port::GenLoopPort>::create(
-        backend_table, bc, backend::VhostNetFds{&*rx_kick, &*tx_kick, &*rx_call, &*tx_call},
-        port);
+    auto be = backend::VhostNet<port::GenLoopPort>::create(tb.backend_table, bc, tb.backend_fds(),
+                                                           port);
     if (!be) {
         res.error = "backend setup";
         return res;
     }
-    frontend::VirtioNet& guest_dev = **fe;
+    frontend::VirtioNet& guest_dev = *tb.fe;
     backend::VhostNet<port::GenLoopPort>& dev = **be;
 
     // The guest: NAPI rx poll, forward each frame to tx, free-on-xmit.
@@ -189,7 +138,7 @@ PvpResult run_pvp(const PvpConfig& cfg) noexcept {
         last = acc;
     }
     guest_stop.store(true, std::memory_order_relaxed);
-    rx_call->signal();
+    tb.rx_call->signal();
     guest_thread.join();
     dev.stop();
 
@@ -225,8 +174,7 @@ PvpResult run_pvp(const PvpConfig& cfg) noexcept {
     res.rx_max_run_pkts = bs.rx_max_run_pkts.get();
     res.tx_max_run_pkts = bs.tx_max_run_pkts.get();
 
-    const bool broken = dev.rx_queue().broken() || dev.tx_queue().broken() ||
-                        guest_dev.rx_queue().broken() || guest_dev.tx_queue().broken();
+    const bool broken = tb.any_broken(dev.rx_queue(), dev.tx_queue());
     // sent = delivered + drops, and the sink's own view agrees.
     const bool balanced = res.delivered + res.drop_tx_full + res.drop_other == res.generated &&
                           res.delivered + res.lost - res.reordered == res.generated;

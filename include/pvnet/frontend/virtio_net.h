@@ -102,6 +102,13 @@ public:
         return bufs_host_ + std::size_t{id} * cfg_.buf_bytes;
     }
     void free_buf(uint32_t id) noexcept { pool_[pool_top_++] = id; }
+    /// Takes a free buffer for the guest's own transmit; false if none.
+    bool alloc_buf(uint32_t& id) noexcept {
+        if (pool_top_ == 0) return false;
+        id = pool_[--pool_top_];
+        return true;
+    }
+    uint32_t buf_bytes() const noexcept { return cfg_.buf_bytes; }
     uint32_t free_bufs() const noexcept { return pool_top_; }
     uint32_t total_bufs() const noexcept { return cfg_.n_bufs; }
 

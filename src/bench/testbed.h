@@ -1,0 +1,94 @@
+// Testbed: what every in-process experiment sets up — guest memory mapped
+// twice (the guest's view and, separately, the backend's), the four
+// doorbells, and the guest driver. The two sides share bytes, never
+// pointers, so what is measured here is what two processes would pay.
+#pragma once
+
+#include <time.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "pvnet/backend/vhost_net.h"
+#include "pvnet/frontend/virtio_net.h"
+#include "pvnet/mem/memory_region.h"
+#include "pvnet/notify/event_fd.h"
+
+namespace pvnet::bench {
+
+inline constexpr uint64_t kGuestBase = 0x100000;
+
+inline uint64_t now_ns() noexcept {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+/// CPU time a thread has used (CLOCK_THREAD_CPUTIME_ID of that thread).
+inline uint64_t thread_cpu_ns(pthread_t t) noexcept {
+    clockid_t c;
+    if (pthread_getcpuclockid(t, &c) != 0) return 0;
+    timespec ts{};
+    clock_gettime(c, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+inline void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+struct Testbed {
+    std::optional<mem::MemoryRegion> guest;
+    std::optional<mem::MemoryRegion> backend_view;
+    mem::MemoryTable guest_table;
+    mem::MemoryTable backend_table;
+    std::optional<notify::EventFd> rx_kick, tx_kick, rx_call, tx_call;
+    std::unique_ptr<frontend::VirtioNet> fe;
+
+    /// Builds everything; on failure returns a message.
+    std::optional<std::string> setup(const frontend::VirtioNetConfig& fc) noexcept {
+        const uint64_t area = frontend::VirtioNet::area_bytes(fc);
+        auto g = mem::MemoryRegion::create(area, "pvnet-guest");
+        if (!g) return "guest memory";
+        guest.emplace(std::move(*g));
+        auto v = mem::MemoryRegion::map_fd(dup(guest->fd()), guest->size(), 0);
+        if (!v) return "backend mapping";
+        backend_view.emplace(std::move(*v));
+        if (!guest_table.add(mem::GuestAddr(kGuestBase), guest->bytes()) ||
+            !backend_table.add(mem::GuestAddr(kGuestBase), backend_view->bytes())) {
+            return "memory table";
+        }
+        for (auto* fd : {&rx_kick, &tx_kick, &rx_call, &tx_call}) {
+            auto e = notify::EventFd::create();
+            if (!e) return "eventfd";
+            fd->emplace(std::move(*e));
+        }
+        auto f = frontend::VirtioNet::create(guest_table, mem::GuestAddr(kGuestBase), guest->size(),
+                                             fc, frontend::VirtioNetFds{&*rx_kick, &*tx_kick,
+                                                                        &*rx_call, &*tx_call});
+        if (!f) return "frontend setup";
+        fe = std::move(*f);
+        return std::nullopt;
+    }
+
+    backend::VhostNetFds backend_fds() const noexcept {
+        return {&*rx_kick, &*tx_kick, &*rx_call, &*tx_call};
+    }
+
+    /// The rings as the guest programmed them, for the backend.
+    backend::VhostNetConfig backend_config(bool event_idx) const noexcept {
+        backend::VhostNetConfig bc;
+        bc.rx.addrs = fe->rx_addrs();
+        bc.tx.addrs = fe->tx_addrs();
+        bc.rx.event_idx = bc.tx.event_idx = event_idx;
+        return bc;
+    }
+
+    bool any_broken(const ring::SplitDeviceQueue& rx, const ring::SplitDeviceQueue& tx) const noexcept {
+        return rx.broken() || tx.broken() || fe->rx_queue().broken() || fe->tx_queue().broken();
+    }
+};
+
+}  // namespace pvnet::bench
