@@ -7,5 +7,7 @@ namespace pvnet::app {
 
 /// `pvnet bench pvp`.
 void add_bench_pvp(CLI::App& bench);
+/// `pvnet bench fairness`.
+void add_bench_fairness(CLI::App& bench);
 
 }  // namespace pvnet::app

@@ -1,8 +1,6 @@
 // `pvnet bench pvp`: seed 001's PVP table. Every cell (frame size × queue
 // size × weight) runs once per round, rounds repeat, so variants interleave
 // (A B A B) and a placement flip of the two vCPUs hits all of them alike.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -13,54 +11,10 @@
 #include <vector>
 
 #include "app_commands.h"
+#include "bench_common.h"
 #include "pvnet/bench/pvp.h"
 
 namespace pvnet::app {
-namespace {
-
-struct Stat {
-    double median = 0, min = 0, max = 0;
-};
-
-Stat stat_of(std::vector<double> v) {
-    if (v.empty()) return {};
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    const double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-    return Stat{med, v.front(), v.back()};
-}
-
-// "baseline": the kernel before seed 001 (rx: byte weight only; tx: 2 ×
-// queue size packets). "none": no packet limit either way. N: both N.
-struct WeightRow {
-    std::string name;
-    backend::Weight rx, tx;
-};
-
-WeightRow parse_weight(const std::string& w, uint16_t qsize, uint32_t byte_weight) {
-    WeightRow r{w, {0, byte_weight}, {0, byte_weight}};
-    if (w == "baseline") {
-        r.tx.pkts = 2u * qsize;
-    } else if (w != "none") {
-        const unsigned long n = std::stoul(w);
-        if (n == 0 || n > 1'000'000) throw std::runtime_error("bad weight: " + w);
-        r.rx.pkts = r.tx.pkts = static_cast<uint32_t>(n);
-        r.name = "weight " + w;
-    }
-    return r;
-}
-
-void boost_autogroup() {
-    // Own session → own autogroup, then raise it (the machine's scheduler
-    // otherwise splits the CPU evenly with whatever else runs).
-    setsid();
-    if (std::FILE* f = std::fopen("/proc/self/autogroup", "w")) {
-        std::fputs("-20", f);
-        std::fclose(f);
-    }
-}
-
-}  // namespace
 
 void add_bench_pvp(CLI::App& bench) {
     struct Opts {
@@ -165,11 +119,7 @@ void add_bench_pvp(CLI::App& bench) {
         std::printf("%-6s %-6s %-12s %9s %9s %9s %9s %8s %8s %7s %7s %10s\n", "frame", "queue", "weight",
                     "be ns", "fe ns", "be cyc", "fe cyc", "kicks", "irqs", "rxreq", "txreq", "drops");
         for (const Cell& c : cells) {
-            auto med = [&](auto field) {
-                std::vector<double> v;
-                for (const auto& r : c.runs) v.push_back(field(r));
-                return stat_of(v).median;
-            };
+            auto med = [&](auto field) { return median_of(c.runs, field); };
             uint64_t drops = 0;
             for (const auto& r : c.runs) drops += r.drop_tx_full + r.drop_other;
             std::printf("%-6u %-6u %-12s %9.1f %9.1f %9.0f %9.0f %8.4f %8.4f %7.2f %7.2f %10llu\n", c.frame,

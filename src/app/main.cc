@@ -37,6 +37,7 @@ int run(int argc, char** argv) {
     CLI::App* bench = app.add_subcommand("bench", "Run an experiment (see DESIGN.md, bench layer)");
     bench->require_subcommand(1);
     add_bench_pvp(*bench);
+    add_bench_fairness(*bench);
 
     try {
         app.parse(argc, argv);

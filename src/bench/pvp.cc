@@ -134,7 +134,7 @@ PvpResult run_pvp(const PvpConfig& cfg) noexcept {
         const uint64_t acc = accounted();
         // The flood stopped, so generated() no longer moves once the worker
         // left handle_rx; wait until two samples agree and all is accounted.
-        if ((acc == last && acc >= port.generated()) || now_ns() > drain_deadline) break;
+        if ((acc == last && acc >= port.gen().stats().gen_pkts) || now_ns() > drain_deadline) break;
         last = acc;
     }
     guest_stop.store(true, std::memory_order_relaxed);

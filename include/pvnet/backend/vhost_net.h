@@ -128,7 +128,7 @@ private:
     std::unique_ptr<ring::SplitDeviceQueue> rx_;
     std::unique_ptr<ring::SplitDeviceQueue> tx_;
     std::unique_ptr<ring::DescChain> chain_;  ///< reused for every packet
-    uint32_t pending_ = kTxWork | kRxWork;    ///< worker-owned work list
+    uint32_t pending_ = 0;                    ///< worker-owned work list
     std::atomic<bool> stop_{false};
     notify::EventFd wake_;                    ///< stop() pokes the sleeping worker
     int epoll_fd_ = -1;

@@ -33,16 +33,17 @@ public:
         if (dst[0].iov_len >= kHdrBytes + gen_.frame_bytes()) [[likely]] {
             auto* p = static_cast<std::byte*>(dst[0].iov_base);
             std::memset(p, 0, kHdrBytes);
-            const uint32_t n = gen_.write_frame(seq_, p + kHdrBytes,
+            const uint32_t n = gen_.write_frame(seq_++, p + kHdrBytes,
                                                 static_cast<uint32_t>(dst[0].iov_len - kHdrBytes));
-            if (n != 0) ++seq_;
             return n == 0 ? 0 : n + kHdrBytes;
         }
+        // A frame that does not fit is still generated (and counted as a
+        // drop by the backend), so the sink sees the gap: sent = delivered + drops.
         std::array<iovec, kMaxPieces> rest;
         const std::size_t k = skip_hdr(dst, rest, /*zero=*/true);
+        const uint64_t seq = seq_++;
         if (k == 0) return 0;
-        const uint32_t n = gen_.write_frame(seq_, std::span<const iovec>(rest.data(), k));
-        if (n != 0) ++seq_;
+        const uint32_t n = gen_.write_frame(seq, std::span<const iovec>(rest.data(), k));
         return n == 0 ? 0 : n + kHdrBytes;
     }
 

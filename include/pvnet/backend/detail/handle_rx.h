@@ -9,10 +9,11 @@ namespace pvnet::backend {
 
 template <typename Port>
 void VhostNet<Port>::handle_rx() noexcept {
+    pending_ &= ~kRxWork;
     ring::SplitDeviceQueue& q = *rx_;
     if (q.broken()) return;
     stats_.rx_runs.add();
-    if (cfg_.mode == RunMode::Event) q.disable_notify();
+    q.disable_notify();  // poll mode: off for good, never re-armed
     ring::DescChain& c = *chain_;
     uint32_t pkts = 0;
     uint64_t bytes = 0;

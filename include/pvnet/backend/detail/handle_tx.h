@@ -10,10 +10,11 @@ namespace pvnet::backend {
 
 template <typename Port>
 void VhostNet<Port>::handle_tx() noexcept {
+    pending_ &= ~kTxWork;
     ring::SplitDeviceQueue& q = *tx_;
     if (q.broken()) return;
     stats_.tx_runs.add();
-    if (cfg_.mode == RunMode::Event) q.disable_notify();
+    q.disable_notify();  // poll mode: off for good, never re-armed
     ring::DescChain& c = *chain_;
     uint32_t pkts = 0;
     uint64_t bytes = 0;

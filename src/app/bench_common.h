@@ -1,0 +1,71 @@
+// Shared pieces of the `pvnet bench` commands: statistics over repeated
+// runs, the weight vocabulary, and the boosted autogroup.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pvnet/backend/vhost_net.h"
+
+namespace pvnet::app {
+
+struct Stat {
+    double median = 0, min = 0, max = 0;
+};
+
+inline Stat stat_of(std::vector<double> v) {
+    if (v.empty()) return {};
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    const double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    return Stat{med, v.front(), v.back()};
+}
+
+/// Median of one field over runs.
+template <typename Run, typename F>
+double median_of(const std::vector<Run>& runs, F field) {
+    std::vector<double> v;
+    for (const auto& r : runs) v.push_back(field(r));
+    return stat_of(v).median;
+}
+
+/// "baseline": the kernel before seed 001 (rx: byte weight only; tx: 2 ×
+/// queue size packets). "none": no packet limit either way. N: both N.
+struct WeightRow {
+    std::string name;
+    backend::Weight rx, tx;
+};
+
+inline WeightRow parse_weight(const std::string& w, uint16_t qsize, uint32_t byte_weight) {
+    WeightRow r{w, {0, byte_weight}, {0, byte_weight}};
+    if (w == "baseline") {
+        r.tx.pkts = 2u * qsize;
+    } else if (w != "none") {
+        std::size_t used = 0;
+        const unsigned long n = std::stoul(w, &used);
+        if (used != w.size() || n == 0 || n > 1'000'000) {
+            throw std::runtime_error("bad weight '" + w + "': baseline, none or 1..1000000");
+        }
+        r.rx.pkts = r.tx.pkts = static_cast<uint32_t>(n);
+        r.name = "weight " + w;
+    }
+    return r;
+}
+
+/// Own session → own autogroup, raised to -20: this kernel's autogroups
+/// otherwise share the CPU evenly with whatever else runs.
+inline void boost_autogroup() {
+    setsid();
+    if (std::FILE* f = std::fopen("/proc/self/autogroup", "w")) {
+        std::fputs("-20", f);
+        std::fclose(f);
+    }
+}
+
+}  // namespace pvnet::app
