@@ -97,7 +97,7 @@ FairnessResult run_fairness(const FairnessConfig& cfg) noexcept {
         return res;
     }
     backend::VhostNet<FairnessPort>& dev = **be;
-    frontend::VirtioNet& guest = *tb.fe;
+    frontend::QueuePair& guest = tb.qp();
 
     std::atomic<bool> stop_tx{false}, stop_guest{false};
     std::atomic<uint64_t> sent{0};

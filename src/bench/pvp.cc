@@ -62,7 +62,7 @@ PvpResult run_pvp(const PvpConfig& cfg) noexcept {
         res.error = "backend setup";
         return res;
     }
-    frontend::VirtioNet& guest_dev = *tb.fe;
+    frontend::QueuePair& guest_dev = tb.qp();
     backend::VhostNet<port::GenLoopPort>& dev = **be;
 
     // The guest: NAPI rx poll, forward each frame to tx, free-on-xmit.

@@ -65,9 +65,9 @@ struct Testbed {
             if (!e) return "eventfd";
             fd->emplace(std::move(*e));
         }
+        const frontend::VirtioNetFds fds{&*rx_kick, &*tx_kick, &*rx_call, &*tx_call};
         auto f = frontend::VirtioNet::create(guest_table, mem::GuestAddr(kGuestBase), guest->size(),
-                                             fc, frontend::VirtioNetFds{&*rx_kick, &*tx_kick,
-                                                                        &*rx_call, &*tx_call});
+                                             fc, std::span<const frontend::VirtioNetFds>(&fds, 1));
         if (!f) return "frontend setup";
         fe = std::move(*f);
         return std::nullopt;
@@ -77,17 +77,21 @@ struct Testbed {
         return {&*rx_kick, &*tx_kick, &*rx_call, &*tx_call};
     }
 
+    /// The one queue pair the experiments use.
+    frontend::QueuePair& qp() noexcept { return fe->queue_pair(0); }
+
     /// The rings as the guest programmed them, for the backend.
     backend::VhostNetConfig backend_config(bool event_idx) const noexcept {
         backend::VhostNetConfig bc;
-        bc.rx.addrs = fe->rx_addrs();
-        bc.tx.addrs = fe->tx_addrs();
+        bc.rx.addrs = fe->queue_pair(0).rx_addrs();
+        bc.tx.addrs = fe->queue_pair(0).tx_addrs();
         bc.rx.event_idx = bc.tx.event_idx = event_idx;
         return bc;
     }
 
     bool any_broken(const ring::SplitDeviceQueue& rx, const ring::SplitDeviceQueue& tx) const noexcept {
-        return rx.broken() || tx.broken() || fe->rx_queue().broken() || fe->tx_queue().broken();
+        const frontend::QueuePair& q = fe->queue_pair(0);
+        return rx.broken() || tx.broken() || q.rx_queue().broken() || q.tx_queue().broken();
     }
 };
 

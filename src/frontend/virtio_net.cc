@@ -18,13 +18,13 @@ uint32_t pool_size(const VirtioNetConfig& cfg) noexcept {
 
 }  // namespace
 
-uint64_t VirtioNet::area_bytes(const VirtioNetConfig& cfg) noexcept {
+uint64_t QueuePair::area_bytes(const VirtioNetConfig& cfg) noexcept {
     return align_up(ring::split_ring_bytes(cfg.rx_size), 4096) +
            align_up(ring::split_ring_bytes(cfg.tx_size), 4096) +
-           uint64_t{pool_size(cfg)} * cfg.buf_bytes;
+           align_up(uint64_t{pool_size(cfg)} * cfg.buf_bytes, 4096);
 }
 
-Result<std::unique_ptr<VirtioNet>, FrontendError> VirtioNet::create(
+Result<std::unique_ptr<QueuePair>, FrontendError> QueuePair::create(
     const mem::MemoryTable& table, mem::GuestAddr base, uint64_t bytes,
     const VirtioNetConfig& cfg_in, const VirtioNetFds& fds) noexcept {
     VirtioNetConfig cfg = cfg_in;
@@ -32,7 +32,7 @@ Result<std::unique_ptr<VirtioNet>, FrontendError> VirtioNet::create(
     if (bytes < area_bytes(cfg) || base.value % 4096 != 0) {
         return unexpected(FrontendError::AreaTooSmall);
     }
-    std::unique_ptr<VirtioNet> d(new (std::nothrow) VirtioNet());
+    std::unique_ptr<QueuePair> d(new (std::nothrow) QueuePair());
     if (!d) return unexpected(FrontendError::AreaTooSmall);
     d->cfg_ = cfg;
     d->fds_ = fds;
@@ -67,7 +67,7 @@ Result<std::unique_ptr<VirtioNet>, FrontendError> VirtioNet::create(
     return d;
 }
 
-uint32_t VirtioNet::try_fill_recv() noexcept {
+uint32_t QueuePair::try_fill_recv() noexcept {
     uint32_t added = 0;
     while (rx_->num_free() > 0) {
         if (pool_top_ == 0) {
@@ -89,7 +89,7 @@ uint32_t VirtioNet::try_fill_recv() noexcept {
     return added;
 }
 
-bool VirtioNet::xmit(uint32_t buf_id, uint32_t len) noexcept {
+bool QueuePair::xmit(uint32_t buf_id, uint32_t len) noexcept {
     const ring::Buf b{bufs_gpa_ + uint64_t{buf_id} * cfg_.buf_bytes, len};
     if (tx_->add(std::span<const ring::Buf>(&b, 1), {}, buf_id) != ring::AddStatus::Ok) {
         stats_.tx_drop_ring_full.add();
@@ -101,14 +101,14 @@ bool VirtioNet::xmit(uint32_t buf_id, uint32_t len) noexcept {
     return true;
 }
 
-void VirtioNet::tx_flush() noexcept {
+void QueuePair::tx_flush() noexcept {
     if (tx_->kick_prepare()) {
         fds_.tx_kick->signal();
         stats_.tx_kicks.add();
     }
 }
 
-uint32_t VirtioNet::free_old_xmit() noexcept {
+uint32_t QueuePair::free_old_xmit() noexcept {
     uint32_t n = 0;
     ring::UsedBuf u;
     while (tx_->get_used(u)) {
@@ -118,13 +118,31 @@ uint32_t VirtioNet::free_old_xmit() noexcept {
     return n;
 }
 
-void VirtioNet::wait_rx(int64_t timeout_us) noexcept {
+void QueuePair::wait_rx(int64_t timeout_us) noexcept {
     if (fds_.rx_call->wait(timeout_us)) {
         fds_.rx_call->consume();
         stats_.rx_interrupts.add();
     } else {
         stats_.wait_timeouts.add();
     }
+}
+
+Result<std::unique_ptr<VirtioNet>, FrontendError> VirtioNet::create(
+    const mem::MemoryTable& table, mem::GuestAddr base, uint64_t bytes,
+    const VirtioNetConfig& cfg, std::span<const VirtioNetFds> fds) noexcept {
+    if (cfg.queue_pairs == 0 || fds.size() != cfg.queue_pairs || bytes < area_bytes(cfg)) {
+        return unexpected(FrontendError::AreaTooSmall);
+    }
+    std::unique_ptr<VirtioNet> d(new (std::nothrow) VirtioNet());
+    if (!d) return unexpected(FrontendError::AreaTooSmall);
+    const uint64_t per_pair = QueuePair::area_bytes(cfg);
+    d->pairs_.reserve(cfg.queue_pairs);
+    for (uint16_t i = 0; i < cfg.queue_pairs; ++i) {
+        auto qp = QueuePair::create(table, base + i * per_pair, per_pair, cfg, fds[i]);
+        if (!qp) return unexpected(qp.error());
+        d->pairs_.push_back(std::move(*qp));
+    }
+    return d;
 }
 
 }  // namespace pvnet::frontend

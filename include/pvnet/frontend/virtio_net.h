@@ -1,6 +1,6 @@
-// VirtioNet: the guest-side driver of one virtio-net queue pair (Linux
-// drivers/net/virtio_net.c). It lays its rings and packet buffers out in
-// guest memory, keeps the rx ring filled (try_fill_recv), reaps rx in a
+// VirtioNet: the guest-side virtio-net driver (Linux drivers/net/virtio_net.c),
+// a set of QueuePairs (virtnet_info's send_queue/receive_queue arrays). A
+// QueuePair lays its rings and packet buffers out in guest memory, keeps the rx ring filled (try_fill_recv), reaps rx in a
 // NAPI poll with a budget and re-arms interrupts race-free, and transmits
 // with free-on-xmit completion (free_old_xmit before each burst).
 //
@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "pvnet/mem/guest_addr.h"
@@ -28,6 +29,7 @@ inline constexpr uint32_t kNapiBudget = 64;
 enum class FrontendError : uint8_t { AreaTooSmall, AreaUnmapped, RingSetup, Count };
 
 struct VirtioNetConfig {
+    uint16_t queue_pairs = 1;   ///< VIRTIO_NET_F_MQ's max_virtqueue_pairs
     uint16_t rx_size = 256;
     uint16_t tx_size = 256;
     bool event_idx = true;
@@ -54,16 +56,16 @@ struct VirtioNetStats {
     Counter refill_empty_pool;     ///< try_fill_recv stopped for lack of buffers
 };
 
-class VirtioNet {
+class QueuePair {
 public:
     /// Lays out the rings and `n_bufs` buffers inside [base, base+bytes) of
     /// guest memory, which must lie in one region of `table` (the guest's own
     /// view). The fds must outlive the device.
-    static Result<std::unique_ptr<VirtioNet>, FrontendError> create(
+    static Result<std::unique_ptr<QueuePair>, FrontendError> create(
         const mem::MemoryTable& table, mem::GuestAddr base, uint64_t bytes,
         const VirtioNetConfig& cfg, const VirtioNetFds& fds) noexcept;
 
-    /// Guest memory a config needs (rings, padding and buffers).
+    /// Guest memory one queue pair needs (rings, padding and buffers).
     static uint64_t area_bytes(const VirtioNetConfig& cfg) noexcept;
 
     /// Where the rings are: what the driver programs into the device.
@@ -117,7 +119,7 @@ public:
     const VirtioNetStats& stats() const noexcept { return stats_; }
 
 private:
-    VirtioNet() = default;
+    QueuePair() = default;
 
     VirtioNetConfig cfg_;
     VirtioNetFds fds_;
@@ -130,8 +132,29 @@ private:
     VirtioNetStats stats_;
 };
 
+class VirtioNet {
+public:
+    /// Lays out cfg.queue_pairs pairs one after another in [base, base+bytes);
+    /// `fds` has one entry per pair.
+    static Result<std::unique_ptr<VirtioNet>, FrontendError> create(
+        const mem::MemoryTable& table, mem::GuestAddr base, uint64_t bytes,
+        const VirtioNetConfig& cfg, std::span<const VirtioNetFds> fds) noexcept;
+
+    /// Guest memory the whole device needs.
+    static uint64_t area_bytes(const VirtioNetConfig& cfg) noexcept {
+        return uint64_t{cfg.queue_pairs} * QueuePair::area_bytes(cfg);
+    }
+
+    uint16_t queue_pairs() const noexcept { return static_cast<uint16_t>(pairs_.size()); }
+    QueuePair& queue_pair(uint16_t i) noexcept { return *pairs_[i]; }
+    const QueuePair& queue_pair(uint16_t i) const noexcept { return *pairs_[i]; }
+
+private:
+    std::vector<std::unique_ptr<QueuePair>> pairs_;
+};
+
 template <typename Deliver>
-uint32_t VirtioNet::poll_rx(uint32_t budget, Deliver&& deliver) noexcept {
+uint32_t QueuePair::poll_rx(uint32_t budget, Deliver&& deliver) noexcept {
     stats_.napi_polls.add();
     rx_->disable_cb();
     uint32_t done = 0;
