@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "pvnet/mem/memory_table.h"
+#include "pvnet/notify/epoll.h"
 #include "pvnet/notify/event_fd.h"
 #include "pvnet/ring/device_queue.h"
 #include "pvnet/util/counters.h"
@@ -117,7 +118,7 @@ public:
 private:
     VhostNet(const VhostNetConfig& cfg, const VhostNetFds& fds, Port& port,
              std::unique_ptr<ring::SplitDeviceQueue> rx, std::unique_ptr<ring::SplitDeviceQueue> tx,
-             notify::EventFd wake);
+             notify::EventFd wake, notify::Epoll epoll);
     void worker() noexcept;
     void wait_for_work(int timeout_ms) noexcept;
     void signal(ring::SplitDeviceQueue& q, const notify::EventFd* call, Counter& calls) noexcept;
@@ -131,7 +132,7 @@ private:
     uint32_t pending_ = 0;                    ///< worker-owned work list
     std::atomic<bool> stop_{false};
     notify::EventFd wake_;                    ///< stop() pokes the sleeping worker
-    int epoll_fd_ = -1;
+    notify::Epoll epoll_;                     ///< kicks, port fd, wake_
     std::thread thread_;
     VhostNetStats stats_;
 };

@@ -3,10 +3,7 @@
 // the port's fd, waited on with epoll.
 #pragma once
 
-#include <sys/epoll.h>
-#include <unistd.h>
-
-#include <cstdio>
+#include <array>
 #include <new>
 
 #include "pvnet/backend/vhost_net.h"
@@ -23,17 +20,26 @@ Result<std::unique_ptr<VhostNet<Port>>, ring::RingError> VhostNet<Port>::create(
     auto tx = ring::SplitDeviceQueue::create(table, cfg.tx);
     if (!tx) return unexpected(tx.error());
     auto wake = notify::EventFd::create();
-    if (!wake) return unexpected(ring::RingError::Count);
+    auto ep = notify::Epoll::create();
+    if (!wake || !ep) return unexpected(ring::RingError::Count);
+    bool watched = ep->add(wake->fd(), 0).has_value();
+    if (fds.tx_kick) watched = watched && ep->add(fds.tx_kick->fd(), kTxWork).has_value();
+    if (fds.rx_kick) watched = watched && ep->add(fds.rx_kick->fd(), kRxWork).has_value();
+    if constexpr (requires { port.rx_fd(); }) {
+        if (port.rx_fd() >= 0) watched = watched && ep->add(port.rx_fd(), kPortWork).has_value();
+    }
+    if (!watched) return unexpected(ring::RingError::Count);
     std::unique_ptr<VhostNet> d(new (std::nothrow) VhostNet(
-        cfg, fds, port, std::move(*rx), std::move(*tx), std::move(*wake)));
-    if (!d || !d->chain_ || d->epoll_fd_ < 0) return unexpected(ring::RingError::Count);
+        cfg, fds, port, std::move(*rx), std::move(*tx), std::move(*wake), std::move(*ep)));
+    if (!d || !d->chain_) return unexpected(ring::RingError::Count);
     return d;
 }
 
 template <typename Port>
 VhostNet<Port>::VhostNet(const VhostNetConfig& cfg, const VhostNetFds& fds, Port& port,
                          std::unique_ptr<ring::SplitDeviceQueue> rx,
-                         std::unique_ptr<ring::SplitDeviceQueue> tx, notify::EventFd wake)
+                         std::unique_ptr<ring::SplitDeviceQueue> tx, notify::EventFd wake,
+                         notify::Epoll epoll)
     : cfg_(cfg),
       fds_(fds),
       port_(port),
@@ -41,19 +47,7 @@ VhostNet<Port>::VhostNet(const VhostNetConfig& cfg, const VhostNetFds& fds, Port
       tx_(std::move(tx)),
       chain_(new (std::nothrow) ring::DescChain),
       wake_(std::move(wake)),
-      epoll_fd_(epoll_create1(EPOLL_CLOEXEC)) {
-    auto watch = [this](int fd, uint32_t work) {
-        if (fd < 0 || epoll_fd_ < 0) return;
-        epoll_event ev{};
-        ev.events = EPOLLIN;
-        ev.data.u32 = work;
-        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
-    };
-    watch(fds_.tx_kick ? fds_.tx_kick->fd() : -1, kTxWork);
-    watch(fds_.rx_kick ? fds_.rx_kick->fd() : -1, kRxWork);
-    watch(wake_.fd(), 0);
-    if constexpr (requires { port.rx_fd(); }) watch(port.rx_fd(), kPortWork);
-}
+      epoll_(std::move(epoll)) {}
 
 template <typename Port>
 void VhostNet<Port>::signal(ring::SplitDeviceQueue& q, const notify::EventFd* call,
@@ -80,19 +74,15 @@ void VhostNet<Port>::stop() noexcept {
     stop_.store(true, std::memory_order_relaxed);
     wake_.signal();
     thread_.join();
-    if (epoll_fd_ >= 0) {
-        close(epoll_fd_);
-        epoll_fd_ = -1;
-    }
 }
 
 template <typename Port>
 void VhostNet<Port>::wait_for_work(int timeout_ms) noexcept {
-    epoll_event ev[4];
-    const int n = epoll_wait(epoll_fd_, ev, 4, timeout_ms);
+    std::array<uint32_t, 4> tags;
+    const std::size_t n = epoll_.wait(tags, timeout_ms);
     if (timeout_ms != 0) stats_.wakeups.add();
-    for (int i = 0; i < n; ++i) {
-        const uint32_t w = ev[i].data.u32;
+    for (std::size_t i = 0; i < n; ++i) {
+        const uint32_t w = tags[i];
         if (w & kTxWork) {
             fds_.tx_kick->consume();
             stats_.tx_kicks.add();
