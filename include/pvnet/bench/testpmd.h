@@ -13,11 +13,11 @@
 namespace pvnet::bench {
 
 struct TestpmdConfig {
-    uint16_t queue_size = 256;  ///< virtio_user queue_size and --txd/--rxd on both sides
-    double warmup_s = 1.0;      ///< after `start tx_first 32`, before the window
-    double seconds = 1.0;       ///< measured window
-    int vhost_cpu = 0;          ///< both lcores of the vhost process: --lcores=0@c,1@c
-    int virtio_cpu = 1;         ///< both lcores of the virtio-user process
+    uint16_t queue_size = 256;             ///< virtio_user queue_size and --txd/--rxd on both sides
+    double warmup_s = 1.0;                 ///< after `start tx_first 32`, before the window
+    double seconds = 1.0;                  ///< measured window
+    int vhost_cpu = 0;                     ///< both lcores of the vhost process: --lcores=0@c,1@c
+    int virtio_cpu = 1;                    ///< both lcores of the virtio-user process
     std::string testpmd = "dpdk-testpmd";  ///< a name looked up in PATH, or a path
     std::string workdir = "/tmp";          ///< where the vhost-user socket goes
 };
