@@ -181,10 +181,10 @@ bool process_running(pid_t pid) {
 }
 
 // Leftovers of runs whose process died before cleaning up ("pvnet-tp-<pid>-…").
-void remove_stale(const std::string& huge_dir) {
+void remove_stale(const std::string& huge_dir, const std::string& workdir) {
     std::error_code ec;
     const std::string run_base = fs::path(dpdk_runtime_dir("x")).parent_path().string();
-    for (const std::string& dir : {huge_dir, run_base}) {
+    for (const std::string& dir : {huge_dir, run_base, workdir}) {
         if (dir.empty()) continue;
         std::vector<fs::path> dead;
         for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -511,7 +511,7 @@ TestpmdResult run(const TestpmdConfig& cfg) {
     r.virtio.name = "virtio-user";
     r.huge_dir = ensure_hugepages(err);
     if (r.huge_dir.empty()) return fail(err);
-    remove_stale(r.huge_dir);
+    remove_stale(r.huge_dir, cfg.workdir);
 
     static std::atomic<unsigned> serial{0};
     const std::string tag =
