@@ -90,6 +90,7 @@ uint32_t QueuePair::try_fill_recv() noexcept {
 }
 
 bool QueuePair::xmit(uint32_t buf_id, uint32_t len) noexcept {
+    if (!PVNET_ASSERT(buf_id < cfg_.n_bufs && len > 0 && len <= cfg_.buf_bytes)) return false;
     const ring::Buf b{bufs_gpa_ + uint64_t{buf_id} * cfg_.buf_bytes, len};
     if (tx_->add(std::span<const ring::Buf>(&b, 1), {}, buf_id) != ring::AddStatus::Ok) {
         stats_.tx_drop_ring_full.add();

@@ -18,6 +18,7 @@
 #include "pvnet/mem/memory_table.h"
 #include "pvnet/notify/event_fd.h"
 #include "pvnet/ring/driver_queue.h"
+#include "pvnet/util/assert.h"
 #include "pvnet/util/counters.h"
 #include "pvnet/util/result.h"
 
@@ -103,7 +104,10 @@ public:
     std::byte* buf_host(uint32_t id) const noexcept {
         return bufs_host_ + std::size_t{id} * cfg_.buf_bytes;
     }
-    void free_buf(uint32_t id) noexcept { pool_[pool_top_++] = id; }
+    void free_buf(uint32_t id) noexcept {
+        // Our own bug if this fails (a double free); never a peer's value.
+        if (PVNET_ASSERT(id < cfg_.n_bufs && pool_top_ < cfg_.n_bufs)) pool_[pool_top_++] = id;
+    }
     /// Takes a free buffer for the guest's own transmit; false if none.
     bool alloc_buf(uint32_t& id) noexcept {
         if (pool_top_ == 0) return false;

@@ -40,7 +40,7 @@ public:
         // A frame that does not fit is still generated (and counted as a
         // drop by the backend), so the sink sees the gap: sent = delivered + drops.
         std::array<iovec, kMaxPieces> rest;
-        const std::size_t k = skip_hdr(dst, rest, /*zero=*/true);
+        const std::size_t k = skip_hdr(dst, gen_.frame_bytes(), rest, /*zero=*/true);
         const uint64_t seq = seq_++;
         if (k == 0) return 0;
         const uint32_t n = gen_.write_frame(seq, std::span<const iovec>(rest.data(), k));
@@ -56,7 +56,7 @@ public:
                                   len - kHdrBytes);
         } else {
             std::array<iovec, kMaxPieces> rest;
-            const std::size_t k = skip_hdr(src, rest, /*zero=*/false);
+            const std::size_t k = skip_hdr(src, len - kHdrBytes, rest, /*zero=*/false);
             r = sink_.check_frame(std::span<const iovec>(rest.data(), k), len - kHdrBytes);
         }
         return is_valid(r);
@@ -70,13 +70,15 @@ public:
     FrameSink& sink() noexcept { return sink_; }
 
 private:
-    // Copies `src` minus its first kHdrBytes into `out` (zeroing the header
-    // bytes when generating); returns the piece count, 0 if it cannot.
-    static std::size_t skip_hdr(std::span<const iovec> src, std::array<iovec, kMaxPieces>& out,
-                                bool zero) noexcept {
+    // Copies the first `need` bytes of `src` after its first kHdrBytes into
+    // `out` (zeroing the header bytes when generating); returns the piece
+    // count, 0 if it cannot. Pieces past `need` bytes are not looked at.
+    static std::size_t skip_hdr(std::span<const iovec> src, std::size_t need,
+                                std::array<iovec, kMaxPieces>& out, bool zero) noexcept {
         std::size_t skip = kHdrBytes;
         std::size_t k = 0;
         for (const iovec& v : src) {
+            if (skip == 0 && need == 0) break;
             std::size_t off = 0;
             if (skip != 0) {
                 off = skip < v.iov_len ? skip : v.iov_len;
@@ -84,8 +86,11 @@ private:
                 skip -= off;
                 if (off == v.iov_len) continue;
             }
+            if (need == 0) break;
             if (k == out.size()) return 0;
-            out[k++] = iovec{static_cast<std::byte*>(v.iov_base) + off, v.iov_len - off};
+            const std::size_t n = v.iov_len - off < need ? v.iov_len - off : need;
+            out[k++] = iovec{static_cast<std::byte*>(v.iov_base) + off, n};
+            need -= n;
         }
         return skip == 0 ? k : 0;
     }
