@@ -45,6 +45,13 @@ public:
     Result<std::byte*, MemError> translate_contiguous(GuestAddr gpa, uint64_t len,
                                                       Access access) const noexcept;
 
+    /// The region holding `gpa`, or nullptr. Lets a single-threaded user
+    /// (one queue's owner) cache the region its buffers usually fall in.
+    const RegionMapping* region_of(GuestAddr gpa) const noexcept {
+        const std::size_t i = find(gpa.value);
+        return i == n_ ? nullptr : &regions_[i];
+    }
+
     std::size_t size() const noexcept { return n_; }
     const RegionMapping& region(std::size_t i) const noexcept { return regions_[i]; }
 

@@ -131,6 +131,10 @@ private:
     }
 
     const mem::MemoryTable& table_;
+    /// Last region a buffer fell in wholly (a one-entry TLB): most buffers
+    /// skip the table walk. Owned by the queue's thread; the table must not
+    /// change under a live queue (the control plane resets the queue first).
+    mem::RegionMapping hot_region_{};
     SplitRingPtrs ptrs_;
     bool event_idx_;
     bool indirect_;
