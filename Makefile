@@ -33,11 +33,13 @@ CORPUS_DIR  := tests/fuzz/corpus
 DEB_PACKAGES := build-essential cmake ninja-build g++ clang-14 libclang-rt-14-dev llvm-14 \
                 libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev \
                 libfmt-dev
+# Only `make bench` needs these: DPDK's testpmd (the PVP baseline) and gnuplot.
+BENCH_PACKAGES := dpdk dpdk-dev gnuplot-nox
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 CTEST := ctest --output-on-failure --timeout $(CTEST_TIMEOUT) -j $(JOBS)
 
-.PHONY: all deps build release asan tsan fuzz test test-release test-asan test-tsan test-fuzz run clean
+.PHONY: all deps bench-deps bench build release asan tsan fuzz test test-release test-asan test-tsan test-fuzz run clean
 
 all: build
 
@@ -53,6 +55,9 @@ deps:
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
 	fi
+
+bench-deps:
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(BENCH_PACKAGES)"
 
 build: release asan fuzz
 
@@ -113,6 +118,17 @@ test-fuzz:
 
 run: release
 	$(RUN_CMD)
+
+# The experiments behind the README's tables (root: testpmd needs hugepages).
+# JSON lands in $(BENCH_OUT)/; each command runs in its own boosted autogroup.
+BENCH_OUT ?= out
+PVNET     := ./$(BUILD_ROOT)/release/src/app/pvnet
+bench: release bench-deps
+	mkdir -p $(BENCH_OUT)
+	setsid -w $(PVNET) bench pvp --json $(BENCH_OUT)/pvp-event.json
+	setsid -w $(PVNET) bench pvp --mode poll --frame-bytes 64 --weights baseline,256 \
+	    --testpmd --json $(BENCH_OUT)/pvp-poll.json
+	setsid -w $(PVNET) bench fairness --json $(BENCH_OUT)/fairness.json
 
 clean:
 	rm -rf $(BUILD_ROOT)

@@ -13,6 +13,7 @@
 #include "app_commands.h"
 #include "bench_common.h"
 #include "pvnet/bench/pvp.h"
+#include "pvnet/bench/testpmd.h"
 
 namespace pvnet::app {
 
@@ -29,6 +30,7 @@ void add_bench_pvp(CLI::App& bench) {
         bool no_event_idx = false;
         int backend_cpu = 0, frontend_cpu = 1;
         std::string json;
+        bool testpmd = false;
     };
     auto o = std::make_shared<Opts>();
     CLI::App* cmd = bench.add_subcommand("pvp", "PVP loop: generator → rx ring → guest forward → tx ring → sink");
@@ -46,9 +48,17 @@ void add_bench_pvp(CLI::App& bench) {
     cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of the vhost worker (-1: any)");
     cmd->add_option("--frontend-cpu", o->frontend_cpu, "CPU of the guest thread (-1: any)");
     cmd->add_option("--json", o->json, "write all runs and medians to this file");
+    cmd->add_flag("--testpmd", o->testpmd,
+                  "baseline: DPDK testpmd's virtio-user (io) <-> vhost (macswap) loop, run once "
+                  "per round and queue size before pvnet's cells (root, hugepages, dpdk-dev)");
 
     cmd->callback([o] {
         boost_autogroup();
+        if (o->testpmd && !bench::testpmd_available()) {
+            throw std::runtime_error("--testpmd: dpdk-testpmd not found (apt-get install dpdk-dev)");
+        }
+        // testpmd baseline per queue size, one entry per round.
+        std::map<uint16_t, std::vector<bench::TestpmdResult>> baseline;
         struct Cell {
             uint32_t frame;
             uint16_t queue;
@@ -64,6 +74,20 @@ void add_bench_pvp(CLI::App& bench) {
         std::size_t done = 0;
         bool all_ok = true;
         for (int r = 0; r < o->repeat; ++r) {
+            if (o->testpmd) {
+                for (uint16_t q : o->queues) {
+                    bench::TestpmdConfig tc;
+                    tc.queue_size = q;
+                    tc.seconds = o->seconds;
+                    tc.vhost_cpu = o->backend_cpu;
+                    tc.virtio_cpu = o->frontend_cpu;
+                    bench::TestpmdResult t = bench::run_testpmd_pvp(tc);
+                    std::fprintf(stderr, "\r[round %d] testpmd q%-5u %7.3f Mpps%s   ", r + 1, q,
+                                 t.mpps, t.ok ? "" : (" ERROR: " + t.error).c_str());
+                    if (!t.ok) all_ok = false;
+                    baseline[q].push_back(std::move(t));
+                }
+            }
             for (Cell& c : cells) {
                 bench::PvpConfig cfg;
                 cfg.frame_bytes = c.frame;
@@ -112,6 +136,27 @@ void add_bench_pvp(CLI::App& bench) {
                     }
                 }
                 std::printf("\n");
+            }
+        }
+        if (o->testpmd) {
+            std::printf("\ntestpmd baseline (virtio-user io <-> vhost macswap, 64-byte tx_first "
+                        "loop): Mpps median (min–max), and pvnet/testpmd ratio per cell "
+                        "(median of same-round ratios)\n");
+            for (uint16_t q : o->queues) {
+                std::vector<double> m;
+                for (const auto& t : baseline[q]) m.push_back(t.mpps);
+                const Stat s = stat_of(m);
+                std::printf("queue %-5u testpmd %.3f (%.3f–%.3f)\n", q, s.median, s.min, s.max);
+            }
+            for (const Cell& c : cells) {
+                std::vector<double> ratio;
+                for (std::size_t r = 0; r < c.runs.size(); ++r) {
+                    const auto& t = baseline[c.queue][r];
+                    if (t.ok && t.mpps > 0) ratio.push_back(c.runs[r].mpps / t.mpps);
+                }
+                const Stat s = stat_of(ratio);
+                std::printf("  %4u B q%-5u %-12s pvnet/testpmd %.3f (%.3f–%.3f)\n", c.frame, c.queue,
+                            c.w.name.c_str(), s.median, s.min, s.max);
             }
         }
         std::printf("\nper packet (medians): backend/frontend CPU ns and cycles (thread CPU time × rdtsc rate), "
@@ -173,6 +218,16 @@ void add_bench_pvp(CLI::App& bench) {
                 const Stat s = stat_of(m);
                 jc["mpps"] = {{"median", s.median}, {"min", s.min}, {"max", s.max}};
                 j["cells"].push_back(jc);
+            }
+            for (const auto& [q, runs] : baseline) {
+                nlohmann::json jb;
+                jb["queue_size"] = q;
+                for (const auto& t : runs) {
+                    jb["runs"].push_back({{"ok", t.ok}, {"error", t.error}, {"mpps", t.mpps},
+                                          {"vhost_side_mpps", t.vhost_side_mpps},
+                                          {"virtio_side_mpps", t.virtio_side_mpps}});
+                }
+                j["testpmd"].push_back(jb);
             }
             std::ofstream(o->json) << j.dump(2) << "\n";
         }
