@@ -15,38 +15,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "fuzz_support.h"
 #include "pvnet/mem/memory_region.h"
 #include "pvnet/mem/memory_table.h"
 
+namespace pvnet::fuzz {
 namespace {
 
-using pvnet::mem::Access;
-using pvnet::mem::GuestAddr;
-using pvnet::mem::MemError;
-using pvnet::mem::MemoryRegion;
-using pvnet::mem::MemoryTable;
-
-/// Invariant violated: stop here, so libFuzzer (or the replay) reports the input.
-[[noreturn]] void fail() { __builtin_trap(); }
-void check(bool ok) {
-    if (!ok) fail();
-}
-
-/// Reads the input front to back; past the end every value is zero, so any
-/// prefix of an input is itself a valid input.
-class Reader {
-public:
-    Reader(const uint8_t* data, std::size_t size) : p_(data), end_(data + size) {}
-    bool empty() const { return p_ == end_; }
-    uint8_t u8() { return p_ == end_ ? 0 : *p_++; }
-    uint16_t u16() { return static_cast<uint16_t>(u8() | (u8() << 8)); }
-    uint32_t u32() { return static_cast<uint32_t>(u16() | (uint32_t{u16()} << 16)); }
-    uint64_t u64() { return u32() | (uint64_t{u32()} << 32); }
-
-private:
-    const uint8_t* p_;
-    const uint8_t* end_;
-};
+using mem::Access;
+using mem::GuestAddr;
+using mem::MemError;
+using mem::MemoryRegion;
+using mem::MemoryTable;
 
 constexpr std::size_t kBackings = 3;
 constexpr std::size_t kBackingBytes = 4 * 4096;
@@ -59,21 +39,12 @@ const std::vector<MemoryRegion>& backings() {
     static const std::vector<MemoryRegion> b = [] {
         std::vector<MemoryRegion> v;
         for (std::size_t i = 0; i < kBackings; ++i) {
-            auto r = MemoryRegion::create(kBackingBytes, "fuzz-mem");
-            check(r.has_value() && r->size() == kBackingBytes);
-            v.push_back(std::move(r.value()));
+            v.push_back(guarded_region(kBackingBytes, "fuzz-mem"));
         }
         return v;
     }();
     return b;
 }
-
-struct ModelRegion {
-    uint64_t gpa = 0;
-    uint64_t size = 0;
-    std::byte* host = nullptr;
-    Access access = Access::ReadWrite;
-};
 
 /// What translate() must return: an error, or these pieces.
 struct Expect {
@@ -82,14 +53,6 @@ struct Expect {
     std::array<iovec, kMaxPieces> pieces{};
     std::size_t n = 0;
 };
-
-/// The model region holding byte `addr`, by a scan of the unsorted list.
-const ModelRegion* holding(const std::vector<ModelRegion>& m, uint64_t addr) {
-    for (const ModelRegion& r : m) {
-        if (addr >= r.gpa && addr - r.gpa < r.size) return &r;
-    }
-    return nullptr;
-}
 
 Expect model_translate(const std::vector<ModelRegion>& m, uint64_t gpa, uint64_t len,
                        Access access, std::size_t cap) {
@@ -103,37 +66,14 @@ Expect model_translate(const std::vector<ModelRegion>& m, uint64_t gpa, uint64_t
         e.error = MemError::AddrOverflow;
         return e;
     }
-    uint64_t addr = gpa;
-    uint64_t left = len;
-    while (left > 0) {
-        const ModelRegion* r = holding(m, addr);
-        if (r == nullptr) {
-            e.error = MemError::AddrUnmapped;
-            return e;
-        }
-        if (!pvnet::mem::allows(r->access, access)) {
-            e.error = MemError::AccessDenied;
-            return e;
-        }
-        if (e.n == cap) {
-            e.error = MemError::TooManyPieces;
-            return e;
-        }
-        const uint64_t off = addr - r->gpa;
-        const uint64_t chunk = left < r->size - off ? left : r->size - off;
-        e.pieces[e.n++] = iovec{r->host + off, static_cast<std::size_t>(chunk)};
-        addr += chunk;
-        left -= chunk;
+    const std::span<iovec> out(e.pieces.data(), cap);
+    switch (model_pieces(m, gpa, len, access, out, e.n)) {
+        case ModelFault::None: e.ok = true; break;
+        case ModelFault::Unmapped: e.error = MemError::AddrUnmapped; break;
+        case ModelFault::AccessDenied: e.error = MemError::AccessDenied; break;
+        case ModelFault::TooManyPieces: e.error = MemError::TooManyPieces; break;
     }
-    e.ok = true;
     return e;
-}
-
-/// Reads the first and last byte of a piece: outside a mapping this faults.
-void touch(const iovec& v) {
-    const auto* p = static_cast<const volatile std::byte*>(v.iov_base);
-    (void)p[0];
-    (void)p[v.iov_len - 1];
 }
 
 Access decode_access(uint8_t b) { return static_cast<Access>(b % 3 + 1); }
@@ -215,9 +155,8 @@ void check_sorted(const MemoryTable& t, const std::vector<ModelRegion>& m) {
     }
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+/// One input: decode it and check every call against the model.
+int run_input(const uint8_t* data, std::size_t size) {
     const std::vector<MemoryRegion>& b = backings();
     Reader r(data, size);
     MemoryTable table;
@@ -307,4 +246,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
         check(sum == len);
     }
     return 0;
+}
+
+}  // namespace
+}  // namespace pvnet::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+    return pvnet::fuzz::run_input(data, size);
 }

@@ -27,91 +27,45 @@
 #include <memory>
 #include <vector>
 
-#include "pvnet/mem/memory_region.h"
-#include "pvnet/mem/memory_table.h"
+#include "fuzz_support.h"
 #include "pvnet/ring/driver_queue.h"
 #include "pvnet/virtio/virtio_ring.h"
 
+namespace pvnet::fuzz {
 namespace {
 
-using pvnet::mem::Access;
-using pvnet::mem::GuestAddr;
-using pvnet::mem::MemoryRegion;
-using pvnet::mem::MemoryTable;
-using pvnet::ring::AddStatus;
-using pvnet::ring::Buf;
-using pvnet::ring::RingError;
-using pvnet::ring::SplitDriverQueue;
-using pvnet::ring::UsedBuf;
-using pvnet::virtio::virtq_desc;
-using pvnet::virtio::virtq_used_elem;
-using pvnet::virtio::VIRTQ_DESC_F_INDIRECT;
-using pvnet::virtio::VIRTQ_DESC_F_NEXT;
-using pvnet::virtio::VIRTQ_DESC_F_WRITE;
+using mem::Access;
+using mem::GuestAddr;
+using ring::AddStatus;
+using ring::Buf;
+using ring::RingError;
+using ring::SplitDriverQueue;
+using ring::UsedBuf;
+using virtio::virtq_desc;
+using virtio::virtq_used_elem;
+using virtio::VIRTQ_DESC_F_INDIRECT;
+using virtio::VIRTQ_DESC_F_NEXT;
+using virtio::VIRTQ_DESC_F_WRITE;
 
-[[noreturn]] void fail() { __builtin_trap(); }
-void check(bool ok) {
-    if (!ok) fail();
-}
-
-class Reader {
-public:
-    Reader(const uint8_t* data, std::size_t size) : p_(data), end_(data + size) {}
-    bool empty() const { return p_ == end_; }
-    uint8_t u8() { return p_ == end_ ? 0 : *p_++; }
-    uint16_t u16() { return static_cast<uint16_t>(u8() | (u8() << 8)); }
-    uint32_t u32() { return static_cast<uint32_t>(u16() | (uint32_t{u16()} << 16)); }
-
-private:
-    const uint8_t* p_;
-    const uint8_t* end_;
-};
-
-uint16_t u16_of(uint32_t v) { return static_cast<uint16_t>(v); }
-
-constexpr uint64_t kAGpa = 0x10000;
-constexpr std::size_t kABytes = 0x10000;
-constexpr uint64_t kDescGpa = 0x10000;
-constexpr uint64_t kAvailGpa = 0x11000;
-constexpr uint64_t kUsedGpa = 0x11400;
+// Region A (fuzz_support.h) holds the ring image and the indirect tables.
 constexpr uint64_t kIndirectGpa = 0x12000;  // up to 256 * 8 * 16 bytes
 constexpr uint64_t kDataGpa = 0x1A000;      // buffer addresses (the driver never touches them)
 constexpr std::size_t kImageBytes = 0xA000;
-constexpr uint16_t kMaxSize = 256;
 constexpr std::size_t kMaxOps = 256;
 
-struct Env {
-    MemoryRegion region;
-    MemoryTable table;
-};
-
-Env& env() {
-    static Env* e = [] {
-        auto r = MemoryRegion::create(kABytes, "fuzz-driver");
-        check(r.has_value() && r->size() == kABytes);
-        auto* n = new Env{std::move(r.value()), MemoryTable{}};
-        check(n->table.add(GuestAddr(kAGpa), n->region.bytes(), Access::ReadWrite).has_value());
+/// Region A only, made once per process.
+GuestMemory& guest() {
+    static GuestMemory* g = [] {
+        auto* n = new GuestMemory;
+        n->add(kAGpa, kABytes, Access::ReadWrite, "fuzz-driver");
         return n;
     }();
-    return *e;
+    return *g;
 }
 
-std::byte* at(uint64_t gpa) { return env().region.host() + (gpa - kAGpa); }
-
-template <typename T>
-T load(uint64_t gpa) {
-    T v;
-    std::memcpy(&v, at(gpa), sizeof v);
-    return pvnet::virtio::le_to_host(v);
-}
-template <typename T>
-void store(uint64_t gpa, T v) {
-    v = pvnet::virtio::host_to_le(v);
-    std::memcpy(at(gpa), &v, sizeof v);
-}
 virtq_desc desc_at(uint64_t gpa) {
     virtq_desc d;
-    std::memcpy(&d, at(gpa), sizeof d);
+    std::memcpy(&d, guest().at(gpa), sizeof d);
     return d;
 }
 
@@ -206,7 +160,7 @@ struct Harness {
 
         ++next_token;
         returned.push_back(false);
-        const uint16_t head = load<uint16_t>(kAvailGpa + 4u + 2u * (avail_shadow & mask()));
+        const uint16_t head = guest().load<uint16_t>(kAvailGpa + 4u + 2u * (avail_shadow & mask()));
         check(head < size && !heads[head].live);
         Chain& c = heads[head];
         c = Chain{true, token, in_bytes, needed, {}};
@@ -250,7 +204,7 @@ struct Harness {
     void publish_model() {
         if (broken || published == avail_shadow) return;
         published = avail_shadow;
-        check(load<uint16_t>(kAvailGpa + 2) == published);
+        check(guest().load<uint16_t>(kAvailGpa + 2) == published);
     }
 
     void publish() {
@@ -268,10 +222,11 @@ struct Harness {
             kicked = published;
             if (old != published) {
                 if (event_idx) {
-                    const uint16_t ev = load<uint16_t>(avail_event_gpa());
+                    const uint16_t ev = guest().load<uint16_t>(avail_event_gpa());
                     want = u16_of(ev - old) < u16_of(published - old);
                 } else {
-                    want = (load<uint16_t>(kUsedGpa) & pvnet::virtio::VIRTQ_USED_F_NO_NOTIFY) == 0;
+                    want = (guest().load<uint16_t>(kUsedGpa) &
+                            pvnet::virtio::VIRTQ_USED_F_NO_NOTIFY) == 0;
                 }
             }
         }
@@ -286,7 +241,7 @@ struct Harness {
             want = false;
         } else {
             if (last_used == shadow_used) {
-                const uint16_t u = load<uint16_t>(kUsedGpa + 2);
+                const uint16_t u = guest().load<uint16_t>(kUsedGpa + 2);
                 if (u16_of(u - last_used) > u16_of(published - last_used)) {
                     broken = true;
                     want = false;
@@ -297,7 +252,7 @@ struct Harness {
             }
             if (want) {
                 virtq_used_elem e;
-                std::memcpy(&e, at(kUsedGpa + 4u + 8u * (last_used & mask())), sizeof e);
+                std::memcpy(&e, guest().at(kUsedGpa + 4u + 8u * (last_used & mask())), sizeof e);
                 len = e.len.get();
                 if (e.id.get() >= size || !heads[e.id.get()].live ||
                     len > heads[e.id.get()].in_bytes) {
@@ -322,7 +277,7 @@ struct Harness {
         num_free = u16_of(num_free + c.ndescs);
         c.live = false;
         ++last_used;
-        if (event_idx && cb_enabled) check(load<uint16_t>(used_event_gpa()) == last_used);
+        if (event_idx && cb_enabled) check(guest().load<uint16_t>(used_event_gpa()) == last_used);
         return true;
     }
 
@@ -330,7 +285,7 @@ struct Harness {
         virtq_used_elem e{};
         e.id.set(id);
         e.len.set(len);
-        std::memcpy(at(kUsedGpa + 4u + 8u * (slot & mask())), &e, sizeof e);
+        std::memcpy(guest().at(kUsedGpa + 4u + 8u * (slot & mask())), &e, sizeof e);
     }
 
     /// The device uses `head` as its next used entry and publishes it.
@@ -340,7 +295,7 @@ struct Harness {
         const uint32_t len = (sel & 1u) != 0 ? have : have / (1u + sel);
         write_used(dev_used, head, len);
         ++dev_used;
-        store<uint16_t>(kUsedGpa + 2, dev_used);
+        guest().store<uint16_t>(kUsedGpa + 2, dev_used);
     }
 
     std::vector<uint16_t> live_heads() const {
@@ -357,7 +312,7 @@ struct Harness {
         uint16_t used_event;
     };
     EventWords words() const {
-        return {load<uint16_t>(kAvailGpa), load<uint16_t>(used_event_gpa())};
+        return {guest().load<uint16_t>(kAvailGpa), guest().load<uint16_t>(used_event_gpa())};
     }
     /// After a re-arm to used_event `event`: EVENT_IDX moves used_event and
     /// leaves the flags alone, otherwise the flags go to 0. A broken queue
@@ -384,7 +339,7 @@ struct Harness {
             case 3:  // the device completes in order what was published
                 for (unsigned k = 1u + r.u8() % 4u; k > 0 && dev_last_avail != published; --k) {
                     const uint16_t slot = dev_last_avail & mask();
-                    complete(load<uint16_t>(kAvailGpa + 4u + 2u * slot), r);
+                    complete(guest().load<uint16_t>(kAvailGpa + 4u + 2u * slot), r);
                     ++dev_last_avail;
                 }
                 break;
@@ -406,18 +361,18 @@ struct Harness {
             case 6: {  // an arbitrary used.idx
                 const uint8_t sel = r.u8();
                 dev_used = (sel & 1u) != 0 ? r.u16() : u16_of(last_used + sel / 2u);
-                store<uint16_t>(kUsedGpa + 2, dev_used);
+                guest().store<uint16_t>(kUsedGpa + 2, dev_used);
                 break;
             }
             case 7:
-                store<uint16_t>(avail_event_gpa(), r.u16());
-                store<uint16_t>(kUsedGpa, r.u8() & 1u);  // used.flags
+                guest().store<uint16_t>(avail_event_gpa(), r.u16());
+                guest().store<uint16_t>(kUsedGpa, r.u8() & 1u);  // used.flags
                 break;
             case 8: {  // the device scribbles over driver-owned ring memory
                 const uint32_t off = r.u16() % (16u * size + 6u + 2u * size);
                 const uint64_t gpa = off < 16u * size ? kDescGpa + off
                                                       : kAvailGpa + (off - 16u * size);
-                *at(gpa) = static_cast<std::byte>(r.u8());
+                *guest().at(gpa) = static_cast<std::byte>(r.u8());
                 break;
             }
             case 9: get_used(); break;
@@ -443,14 +398,14 @@ struct Harness {
             case 12: {
                 const EventWords before = words();
                 if ((r.u8() & 1u) != 0) {
-                    const bool want = broken || load<uint16_t>(kUsedGpa + 2) == last_used;
+                    const bool want = broken || guest().load<uint16_t>(kUsedGpa + 2) == last_used;
                     check(q->enable_cb() == want);
                     check_rearmed(before, last_used);
                 } else {
                     check(q->enable_cb_prepare().value() == last_used);
                     check_rearmed(before, last_used);
-                    if ((r.u8() & 1u) != 0) store<uint16_t>(kUsedGpa + 2, r.u16());
-                    const bool more = !broken && load<uint16_t>(kUsedGpa + 2) != last_used;
+                    if ((r.u8() & 1u) != 0) guest().store<uint16_t>(kUsedGpa + 2, r.u16());
+                    const bool more = !broken && guest().load<uint16_t>(kUsedGpa + 2) != last_used;
                     check(q->poll(pvnet::ring::RingIdx(last_used)) == more);
                 }
                 break;
@@ -459,7 +414,9 @@ struct Harness {
                 // Re-armed for when 3/4 of what is outstanding has been used.
                 const auto bufs = static_cast<uint16_t>(u16_of(avail_shadow - last_used) * 3u / 4u);
                 bool want = true;
-                if (!broken) want = u16_of(load<uint16_t>(kUsedGpa + 2) - last_used) <= bufs;
+                if (!broken) {
+                    want = u16_of(guest().load<uint16_t>(kUsedGpa + 2) - last_used) <= bufs;
+                }
                 const EventWords before = words();
                 check(q->enable_cb_delayed() == want);
                 check_rearmed(before, u16_of(last_used + bufs));
@@ -470,12 +427,11 @@ struct Harness {
     }
 };
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
-    Env& e = env();
+/// One input: decode it and check every call against the model.
+int run_input(const uint8_t* data, std::size_t size) {
+    GuestMemory& g = guest();
     Reader r(data, size);
-    std::memset(e.region.host(), 0, kImageBytes);
+    std::memset(g.at(kAGpa), 0, kImageBytes);
 
     const auto qsize = static_cast<uint16_t>(1u << (r.u8() % 9));
     const uint8_t features = r.u8();
@@ -498,7 +454,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
         }
     }
 
-    auto q = SplitDriverQueue::create(e.table, cfg);
+    auto q = SplitDriverQueue::create(g.table(), cfg);
     if (setup_error != RingError::Count) {
         check(!q.has_value() && q.error() == setup_error);
         return 0;
@@ -516,4 +472,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     h.check_state();
     for (std::size_t op = 0; op < kMaxOps && !r.empty(); ++op) h.run_op(r);
     return 0;
+}
+
+}  // namespace
+}  // namespace pvnet::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+    return pvnet::fuzz::run_input(data, size);
 }

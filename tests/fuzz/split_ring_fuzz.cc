@@ -35,55 +35,28 @@
 #include <memory>
 #include <vector>
 
-#include "pvnet/mem/memory_region.h"
-#include "pvnet/mem/memory_table.h"
+#include "fuzz_support.h"
 #include "pvnet/ring/device_queue.h"
 #include "pvnet/virtio/virtio_ring.h"
 
+namespace pvnet::fuzz {
 namespace {
 
-using pvnet::mem::Access;
-using pvnet::mem::GuestAddr;
-using pvnet::mem::MemoryRegion;
-using pvnet::mem::MemoryTable;
-using pvnet::ring::DescChain;
-using pvnet::ring::kMaxIov;
-using pvnet::ring::PopStatus;
-using pvnet::ring::RingError;
-using pvnet::ring::SplitDeviceQueue;
-using pvnet::virtio::virtq_desc;
-using pvnet::virtio::virtq_used_elem;
-using pvnet::virtio::VIRTQ_DESC_F_INDIRECT;
-using pvnet::virtio::VIRTQ_DESC_F_NEXT;
-using pvnet::virtio::VIRTQ_DESC_F_WRITE;
+using mem::Access;
+using mem::GuestAddr;
+using ring::DescChain;
+using ring::kMaxIov;
+using ring::PopStatus;
+using ring::RingError;
+using ring::SplitDeviceQueue;
+using virtio::virtq_desc;
+using virtio::virtq_used_elem;
+using virtio::VIRTQ_DESC_F_INDIRECT;
+using virtio::VIRTQ_DESC_F_NEXT;
+using virtio::VIRTQ_DESC_F_WRITE;
 
-[[noreturn]] void fail() { __builtin_trap(); }
-void check(bool ok) {
-    if (!ok) fail();
-}
-
-class Reader {
-public:
-    Reader(const uint8_t* data, std::size_t size) : p_(data), end_(data + size) {}
-    bool empty() const { return p_ == end_; }
-    uint8_t u8() { return p_ == end_ ? 0 : *p_++; }
-    uint16_t u16() { return static_cast<uint16_t>(u8() | (u8() << 8)); }
-    uint32_t u32() { return static_cast<uint32_t>(u16() | (uint32_t{u16()} << 16)); }
-    uint64_t u64() { return u32() | (uint64_t{u32()} << 32); }
-
-private:
-    const uint8_t* p_;
-    const uint8_t* end_;
-};
-
-uint16_t u16_of(uint32_t v) { return static_cast<uint16_t>(v); }
-
-// Guest-physical layout.
-constexpr uint64_t kAGpa = 0x10000;
-constexpr std::size_t kABytes = 0x10000;
-constexpr uint64_t kDescGpa = 0x10000;
-constexpr uint64_t kAvailGpa = 0x11000;
-constexpr uint64_t kUsedGpa = 0x11400;
+// Guest-physical layout: the ring image at the start of region A
+// (fuzz_support.h), then:
 constexpr uint64_t kTablesGpa = 0x12000;  // 4 indirect tables of up to 256 entries
 constexpr uint32_t kTables = 4;
 constexpr uint64_t kDataGpa = 0x16000;    // buffers up to the end of A
@@ -92,58 +65,21 @@ constexpr std::size_t kBPages = 16;
 constexpr uint64_t kCGpa = 0x40000;       // read-only, after an unmapped gap
 constexpr std::size_t kCBytes = 0x4000;
 constexpr std::size_t kImageBytes = 0xC000;  // ring + tables + default buffers, cleared per input
-constexpr uint16_t kMaxSize = 256;
 constexpr std::size_t kMaxOps = 256;
 constexpr std::size_t kWorkBudget = 1u << 14;  // pops + iovecs per input: bounds one run
 
-struct ModelRegion {
-    uint64_t gpa;
-    uint64_t size;
-    std::byte* host;
-    Access access;
-};
-
-struct Env {
-    std::vector<MemoryRegion> backing;
-    std::vector<ModelRegion> regions;
-    MemoryTable table;
-    std::byte* a_host = nullptr;
-};
-
-Env& env() {
-    static Env* e = [] {
-        auto* n = new Env;
-        auto add = [n](uint64_t gpa, std::size_t bytes, Access access) {
-            auto r = MemoryRegion::create(bytes, "fuzz-ring");
-            check(r.has_value() && r->size() == bytes);
-            check(n->table.add(GuestAddr(gpa), r->bytes(), access).has_value());
-            n->regions.push_back(ModelRegion{gpa, bytes, r->host(), access});
-            n->backing.push_back(std::move(r.value()));
-        };
-        add(kAGpa, kABytes, Access::ReadWrite);
+/// Regions A, B0..B15 and C, made once per process.
+GuestMemory& guest() {
+    static GuestMemory* g = [] {
+        auto* n = new GuestMemory;
+        n->add(kAGpa, kABytes, Access::ReadWrite, "fuzz-ring");
         for (std::size_t i = 0; i < kBPages; ++i) {
-            add(kBGpa + 0x1000 * i, 0x1000, Access::ReadWrite);
+            n->add(kBGpa + 0x1000 * i, 0x1000, Access::ReadWrite, "fuzz-ring");
         }
-        add(kCGpa, kCBytes, Access::Read);
-        n->a_host = n->regions[0].host;
+        n->add(kCGpa, kCBytes, Access::Read, "fuzz-ring");
         return n;
     }();
-    return *e;
-}
-
-/// Host address of a gpa inside region A (where the test lays out the ring).
-std::byte* a_at(uint64_t gpa) { return env().a_host + (gpa - kAGpa); }
-
-template <typename T>
-T load(uint64_t gpa) {
-    T v;
-    std::memcpy(&v, a_at(gpa), sizeof v);
-    return pvnet::virtio::le_to_host(v);
-}
-template <typename T>
-void store(uint64_t gpa, T v) {
-    v = pvnet::virtio::host_to_le(v);
-    std::memcpy(a_at(gpa), &v, sizeof v);
+    return *g;
 }
 
 virtq_desc make_desc(uint64_t addr, uint32_t len, uint16_t flags, uint16_t next) {
@@ -155,7 +91,7 @@ virtq_desc make_desc(uint64_t addr, uint32_t len, uint16_t flags, uint16_t next)
     return d;
 }
 void put_desc(uint64_t table_gpa, uint32_t i, const virtq_desc& d) {
-    std::memcpy(a_at(table_gpa + 16u * i), &d, sizeof d);
+    std::memcpy(guest().at(table_gpa + 16u * i), &d, sizeof d);
 }
 virtq_desc get_desc(const std::byte* table_host, uint32_t i) {
     virtq_desc d;
@@ -220,41 +156,26 @@ struct RefChain {
 
 constexpr RingError kOk = RingError::Count;
 
-/// Brute-force translation by scanning every region: appends the pieces of
-/// [gpa, gpa+len) to `c`, or says why it cannot (len > 0 here).
+/// Brute-force translation: appends the pieces of [gpa, gpa+len) to `c`, or
+/// says why it cannot (len > 0 here).
 RingError ref_translate(uint64_t gpa, uint32_t len, Access access, RefChain& c) {
     if (len - 1u > UINT64_MAX - gpa) return RingError::AddrOverflow;
-    uint64_t addr = gpa;
-    uint64_t left = len;
-    while (left > 0) {
-        const ModelRegion* hit = nullptr;
-        for (const ModelRegion& m : env().regions) {
-            if (addr >= m.gpa && addr - m.gpa < m.size) {
-                hit = &m;
-                break;
-            }
-        }
-        if (hit == nullptr) return RingError::AddrUnmapped;
-        if (!pvnet::mem::allows(hit->access, access)) return RingError::AddrAccessDenied;
-        if (c.n == kMaxIov) return RingError::TooManyIovs;
-        const uint64_t off = addr - hit->gpa;
-        const uint64_t chunk = left < hit->size - off ? left : hit->size - off;
-        c.iov[c.n++] = iovec{hit->host + off, static_cast<std::size_t>(chunk)};
-        addr += chunk;
-        left -= chunk;
+    switch (model_pieces(guest().regions(), gpa, len, access, c.iov, c.n)) {
+        case ModelFault::None: return kOk;
+        case ModelFault::Unmapped: return RingError::AddrUnmapped;
+        case ModelFault::AccessDenied: return RingError::AddrAccessDenied;
+        case ModelFault::TooManyPieces: return RingError::TooManyIovs;
     }
-    return kOk;
+    fail();
 }
 
-/// Host address of a whole range inside one region, or null.
+/// Host address of a whole range inside one region, or null (the regions do
+/// not overlap: the one holding `gpa` is the only candidate).
 const std::byte* ref_contiguous(uint64_t gpa, uint32_t len) {
     if (len - 1u > UINT64_MAX - gpa) return nullptr;
-    for (const ModelRegion& m : env().regions) {
-        if (gpa >= m.gpa && gpa - m.gpa < m.size && len <= m.size - (gpa - m.gpa)) {
-            return m.host + (gpa - m.gpa);
-        }
-    }
-    return nullptr;
+    const ModelRegion* m = holding(guest().regions(), gpa);
+    if (m == nullptr || len > m->size - (gpa - m->gpa)) return nullptr;
+    return m->host + (gpa - m->gpa);
 }
 
 struct Model {
@@ -276,9 +197,9 @@ struct Model {
     std::array<std::size_t, kMaxSize> popped_at{};  ///< where an in-flight head sits in it
 
     uint16_t mask() const { return u16_of(size - 1u); }
-    uint16_t avail_idx() const { return load<uint16_t>(kAvailGpa + 2); }
-    uint16_t used_event() const { return load<uint16_t>(kAvailGpa + 4u + 2u * size); }
-    uint16_t avail_flags() const { return load<uint16_t>(kAvailGpa); }
+    uint16_t avail_idx() const { return guest().load<uint16_t>(kAvailGpa + 2); }
+    uint16_t used_event() const { return guest().load<uint16_t>(kAvailGpa + 4u + 2u * size); }
+    uint16_t avail_flags() const { return guest().load<uint16_t>(kAvailGpa); }
 
     void reset() {
         last_avail = shadow_avail = used = staged = 0;
@@ -324,7 +245,7 @@ struct Model {
     /// Walks a chain by the rules of STYLE.md §6, checked in the order the
     /// device checks them (the first broken rule names the error).
     RingError walk(uint16_t head, RefChain& c) const {
-        const std::byte* table = a_at(kDescGpa);
+        const std::byte* table = guest().at(kDescGpa);
         uint32_t table_len = size;
         bool in_table = false;
         uint32_t idx = head;
@@ -403,7 +324,7 @@ struct Harness {
     static void check_iov(const iovec& v, Access access) {
         check(v.iov_len > 0);
         bool inside = false;
-        for (const ModelRegion& r : env().regions) {
+        for (const ModelRegion& r : guest().regions()) {
             const auto* p = static_cast<const std::byte*>(v.iov_base);
             if (p >= r.host && p < r.host + r.size) {
                 inside = v.iov_len <= r.size - static_cast<std::size_t>(p - r.host) &&
@@ -412,13 +333,7 @@ struct Harness {
             }
         }
         check(inside);
-        auto* p = static_cast<volatile std::byte*>(v.iov_base);
-        const std::byte first = p[0];
-        const std::byte last = p[v.iov_len - 1];
-        if (access == Access::Write) {
-            p[0] = first;
-            p[v.iov_len - 1] = last;
-        }
+        touch(v, access);
     }
 
     PopStatus pop() {
@@ -436,7 +351,7 @@ struct Harness {
             want = PopStatus::Empty;
         } else {
             const uint16_t slot = m.last_avail & m.mask();
-            head = load<uint16_t>(kAvailGpa + 4u + 2u * slot);
+            head = guest().load<uint16_t>(kAvailGpa + 4u + 2u * slot);
             RingError e = kOk;
             if (head >= m.size) {
                 e = RingError::HeadOutOfRange;
@@ -504,7 +419,7 @@ struct Harness {
         if (staged) {
             m.used_ok(id);
             virtq_used_elem e;
-            std::memcpy(&e, a_at(kUsedGpa + 4u + 8u * slot), sizeof e);
+            std::memcpy(&e, guest().at(kUsedGpa + 4u + 8u * slot), sizeof e);
             check(e.id.get() == id && e.len.get() == len);
         }
         if (push) flushed();
@@ -520,7 +435,7 @@ struct Harness {
         if (m.staged == 0 || m.broken) return;
         m.used = u16_of(m.used + m.staged);
         m.staged = 0;
-        check(load<uint16_t>(kUsedGpa + 2) == m.used);
+        check(guest().load<uint16_t>(kUsedGpa + 2) == m.used);
     }
 
     std::vector<uint16_t> outstanding() const {
@@ -581,13 +496,13 @@ struct Harness {
         for (uint32_t i = 0; i < n; ++i) {
             const uint16_t slot = u16_of(m.used + staged_before + i) & m.mask();
             virtq_used_elem e;
-            std::memcpy(&e, a_at(kUsedGpa + 4u + 8u * slot), sizeof e);
+            std::memcpy(&e, guest().at(kUsedGpa + 4u + 8u * slot), sizeof e);
             check(e.id.get() == elems[i].id && e.len.get() == elems[i].len);
         }
         if (m.staged != 0 && !m.broken) {
             m.used = u16_of(m.used + m.staged);
             m.staged = 0;
-            check(load<uint16_t>(kUsedGpa + 2) == m.used);
+            check(guest().load<uint16_t>(kUsedGpa + 2) == m.used);
         }
     }
 
@@ -628,23 +543,23 @@ struct Harness {
         bool want = false;
         const bool was_broken = m.broken;
         if (!was_broken && m.observe()) want = m.last_avail != m.shadow_avail;
-        const uint16_t old_flags = load<uint16_t>(kUsedGpa);
+        const uint16_t old_flags = guest().load<uint16_t>(kUsedGpa);
         check(q->enable_notify() == want);
         if (was_broken) {
-            check(load<uint16_t>(kUsedGpa) == old_flags);
+            check(guest().load<uint16_t>(kUsedGpa) == old_flags);
         } else if (m.event_idx) {
-            check(load<uint16_t>(kUsedGpa + 4u + 8u * m.size) == m.last_avail);
+            check(guest().load<uint16_t>(kUsedGpa + 4u + 8u * m.size) == m.last_avail);
         } else {
-            check(load<uint16_t>(kUsedGpa) == 0);
+            check(guest().load<uint16_t>(kUsedGpa) == 0);
         }
     }
 
     void disable_notify() {
-        const uint16_t old_flags = load<uint16_t>(kUsedGpa);
+        const uint16_t old_flags = guest().load<uint16_t>(kUsedGpa);
         q->disable_notify();
         const uint16_t want = !m.broken && !m.event_idx ? pvnet::virtio::VIRTQ_USED_F_NO_NOTIFY
                                                          : old_flags;
-        check(load<uint16_t>(kUsedGpa) == want);
+        check(guest().load<uint16_t>(kUsedGpa) == want);
     }
 
     void pending() {
@@ -663,10 +578,10 @@ struct Harness {
                 head = u16_of(head + 1u) & m.mask();
             }
             refill_cursor = u16_of(head + 1u) & m.mask();
-            store<uint16_t>(kAvailGpa + 4u + 2u * (avail & m.mask()), head);
+            guest().store<uint16_t>(kAvailGpa + 4u + 2u * (avail & m.mask()), head);
             ++avail;
         }
-        store<uint16_t>(kAvailGpa + 2, avail);
+        guest().store<uint16_t>(kAvailGpa + 2, avail);
     }
 
     /// Rounds of refill, pop everything, use everything, signal, re-arm.
@@ -692,7 +607,7 @@ struct Harness {
             case 2: v = r.u16(); break;
             default: v = u16_of(m.last_avail + m.size + 1u); break;  // a jump
         }
-        store<uint16_t>(kAvailGpa + 2, v);
+        guest().store<uint16_t>(kAvailGpa + 2, v);
     }
 
     void run_op(Reader& r) {
@@ -738,12 +653,12 @@ struct Harness {
                 const uint32_t slot = uint32_t{r.u8()} % m.size;
                 uint16_t v = r.u8();
                 if (v == 0xFF) v = r.u16();
-                store<uint16_t>(kAvailGpa + 4u + 2u * slot, v);
+                guest().store<uint16_t>(kAvailGpa + 4u + 2u * slot, v);
                 break;
             }
             case 14:
-                store<uint16_t>(kAvailGpa + 4u + 2u * m.size, r.u16());  // used_event
-                store<uint16_t>(kAvailGpa, r.u8() & 1u);                  // avail.flags
+                guest().store<uint16_t>(kAvailGpa + 4u + 2u * m.size, r.u16());  // used_event
+                guest().store<uint16_t>(kAvailGpa, r.u8() & 1u);                  // avail.flags
                 break;
             case 15: {
                 const uint64_t t = kTablesGpa + 0x1000u * (r.u8() % kTables);
@@ -781,12 +696,11 @@ virtq_desc default_desc(uint8_t style, uint32_t i, uint32_t n, uint64_t data_gpa
     }
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
-    Env& e = env();
+/// One input: decode it and check every call against the model.
+int run_input(const uint8_t* data, std::size_t size) {
+    GuestMemory& g = guest();
     Reader r(data, size);
-    std::memset(e.a_host, 0, kImageBytes);
+    std::memset(g.at(kAGpa), 0, kImageBytes);
 
     // Header.
     const auto qsize = static_cast<uint16_t>(1u << (r.u8() % 9));
@@ -821,11 +735,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
         put_desc(kDescGpa, i, default_desc(style, i, qsize, kDataGpa, 64));
     }
     for (uint32_t i = 0; i < qsize; ++i) {
-        store<uint16_t>(kAvailGpa + 4u + 2u * i, static_cast<uint16_t>(i));
+        g.store<uint16_t>(kAvailGpa + 4u + 2u * i, static_cast<uint16_t>(i));
     }
-    store<uint16_t>(kAvailGpa + 2, r.u8());
-    store<uint16_t>(kAvailGpa + 4u + 2u * qsize, r.u16());  // used_event
-    store<uint16_t>(kAvailGpa, r.u8() & 1u);                // avail.flags
+    g.store<uint16_t>(kAvailGpa + 2, r.u8());
+    g.store<uint16_t>(kAvailGpa + 4u + 2u * qsize, r.u16());  // used_event
+    g.store<uint16_t>(kAvailGpa, r.u8() & 1u);                // avail.flags
     for (unsigned n = r.u8(); n > 0 && !r.empty(); --n) {
         const uint32_t i = uint32_t{r.u8()} % qsize;
         put_desc(kDescGpa, i, decode_desc(r, kDescGpa));
@@ -851,10 +765,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
         const uint32_t slot = uint32_t{r.u8()} % qsize;
         uint16_t v = r.u8();
         if (v == 0xFF) v = r.u16();
-        store<uint16_t>(kAvailGpa + 4u + 2u * slot, v);
+        g.store<uint16_t>(kAvailGpa + 4u + 2u * slot, v);
     }
 
-    auto q = SplitDeviceQueue::create(e.table, cfg);
+    auto q = SplitDeviceQueue::create(g.table(), cfg);
     if (setup_error != RingError::Count) {
         check(!q.has_value() && q.error() == setup_error);
         return 0;
@@ -872,4 +786,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
         h.run_op(r);
     }
     return 0;
+}
+
+}  // namespace
+}  // namespace pvnet::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+    return pvnet::fuzz::run_input(data, size);
 }
