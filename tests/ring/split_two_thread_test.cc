@@ -7,12 +7,8 @@
 // driver publishes one buffer, device re-arms" across threads, after the
 // idea of test_no_lost_kicks in rust-vmm/vhost vhost-user-backend handler.rs.
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <cstdarg>
@@ -21,13 +17,16 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 
 #include "pvnet/mem/memory_region.h"
 #include "pvnet/mem/memory_table.h"
+#include "pvnet/notify/event_fd.h"
 #include "pvnet/ring/device_queue.h"
 #include "pvnet/ring/driver_queue.h"
 
@@ -69,6 +68,7 @@ static_assert(kIndirectOff + uint64_t{kRingSize} * kIndirectMax * 16u <= kDataOf
 
 constexpr uint32_t kBurst = 32;  // driver adds / device pops per notify decision
 constexpr int kPollMs = 2000;    // one sleep; a timeout with work published is a lost wakeup
+constexpr int64_t kPollUs = int64_t{kPollMs} * 1000;  // EventFd::wait takes microseconds
 constexpr auto kDeadline = std::chrono::seconds(120);
 
 /// Buffers for the bulk test: >= 10M in optimised builds, 1M under
@@ -118,44 +118,8 @@ uint8_t response_byte(const uint8_t (&req)[kReqBytes], uint32_t i) {
 }
 
 // ---------------------------------------------------------------------------
-// Plumbing: eventfds, bounded waits, a failure slot both threads can fill.
+// Plumbing: a failure slot both threads can fill.
 // ---------------------------------------------------------------------------
-class EventFd {
-public:
-    EventFd() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-    ~EventFd() {
-        if (fd_ >= 0) close(fd_);
-    }
-    EventFd(const EventFd&) = delete;
-    EventFd& operator=(const EventFd&) = delete;
-
-    int fd() const { return fd_; }
-    bool signal() const {
-        const uint64_t one = 1;
-        return write(fd_, &one, sizeof one) == static_cast<ssize_t>(sizeof one);
-    }
-    void drain() const {
-        uint64_t v = 0;
-        while (read(fd_, &v, sizeof v) == static_cast<ssize_t>(sizeof v)) {
-        }
-    }
-
-private:
-    int fd_;
-};
-
-enum class Wait { Ready, Timeout, Error };
-
-Wait wait_readable(int fd, int timeout_ms) {
-    pollfd p{fd, POLLIN, 0};
-    for (;;) {
-        const int r = ::poll(&p, 1, timeout_ms);
-        if (r > 0) return Wait::Ready;
-        if (r == 0) return Wait::Timeout;
-        if (errno != EINTR) return Wait::Error;
-    }
-}
-
 class Failure {
 public:
     void set(const std::string& what) {
@@ -261,7 +225,11 @@ public:
         if (!v) return "SplitDeviceQueue::create failed";
         device_ = std::move(*v);
 
-        if (kick_.fd() < 0 || call_.fd() < 0) return "eventfd failed";
+        auto kick = notify::EventFd::create();
+        auto call = notify::EventFd::create();
+        if (!kick || !call) return "EventFd::create failed";
+        kick_.emplace(std::move(*kick));
+        call_.emplace(std::move(*call));
         return {};
     }
 
@@ -276,8 +244,8 @@ public:
     mem::MemoryTable table_;
     std::unique_ptr<SplitDriverQueue> driver_;
     std::unique_ptr<SplitDeviceQueue> device_;
-    EventFd kick_;  // driver -> device
-    EventFd call_;  // device -> driver
+    std::optional<notify::EventFd> kick_;  // driver -> device
+    std::optional<notify::EventFd> call_;  // device -> driver
     Failure failure_;
     Clock::time_point deadline_ = Clock::now() + kDeadline;
 };
@@ -337,10 +305,7 @@ public:
         }
         if (q_.broken()) return fail_broken(), false;
         ++c_.sleeps;
-        for (;;) {
-            const Wait w = wait_readable(s_.kick_.fd(), kPollMs);
-            if (w == Wait::Ready) break;
-            if (w == Wait::Error) return fail("device: poll(kick) failed"), false;
+        while (!s_.kick_->wait(kPollUs)) {
             if (s_.failure_.failed()) return false;
             // Timed out. Lost only if the driver really published since we armed.
             if (const uint16_t p = q_.pending(); p > 0) {
@@ -352,7 +317,7 @@ public:
             if (Clock::now() > s_.deadline_) return fail("device: deadline while asleep"), false;
             ++c_.idle_timeouts;
         }
-        s_.kick_.drain();
+        s_.kick_->consume();
         q_.disable_notify();
         return true;
     }
@@ -394,13 +359,13 @@ public:
     }
 
     void signal_call() {
-        if (!s_.call_.signal()) fail("device: write(call) failed");
+        s_.call_->signal();
         ++c_.interrupts;
     }
 
     bool fail(const std::string& what) {
         s_.failure_.set(what);
-        s_.call_.signal();  // wake the driver so it sees the failure now
+        s_.call_->signal();  // wake the driver so it sees the failure now
         return false;
     }
     void fail_broken() { fail("device: queue broken: " + why(q_.broken_reason())); }
@@ -474,7 +439,7 @@ public:
             ++n;
         }
         if (n > 0 && q_.kick_prepare()) {
-            if (!s_.kick_.signal()) fail("driver: write(kick) failed");
+            s_.kick_->signal();
             ++c_.kicks;
         }
         return n;
@@ -525,10 +490,7 @@ public:
             return true;
         }
         ++c_.sleeps;
-        for (;;) {
-            const Wait w = wait_readable(s_.call_.fd(), kPollMs);
-            if (w == Wait::Ready) break;
-            if (w == Wait::Error) return fail("driver: poll(call) failed"), false;
+        while (!s_.call_->wait(kPollUs)) {
             if (s_.failure_.failed()) return false;
             // Timed out. Lost only if the device really published used entries.
             if (q_.poll(q_.last_used_idx())) {
@@ -540,14 +502,14 @@ public:
             if (Clock::now() > s_.deadline_) return fail("driver: deadline while asleep"), false;
             ++c_.idle_timeouts;
         }
-        s_.call_.drain();
+        s_.call_->consume();
         q_.disable_cb();
         return true;
     }
 
     bool fail(const std::string& what) {
         s_.failure_.set(what);
-        s_.kick_.signal();  // wake the device so it sees the failure now
+        s_.kick_->signal();  // wake the device so it sees the failure now
         return false;
     }
     void fail_broken() { fail("driver: queue broken: " + why(q_.broken_reason())); }

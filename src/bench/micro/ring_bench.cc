@@ -23,14 +23,10 @@
 // Timing claims live here, never in ctest (STYLE.md §11). Run in a boosted
 // autogroup and with repetitions; see README.md "Microbenchmarks".
 #include <benchmark/benchmark.h>
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -39,6 +35,7 @@
 
 #include "pvnet/mem/memory_region.h"
 #include "pvnet/mem/memory_table.h"
+#include "pvnet/notify/event_fd.h"
 #include "pvnet/ring/device_queue.h"
 #include "pvnet/ring/driver_queue.h"
 
@@ -193,39 +190,9 @@ BENCHMARK(BM_SplitReap)->ArgNames({"event_idx", "burst"})->ArgsProduct({{0, 1}, 
 // Two threads: driver here, device in a spawned thread.
 // ---------------------------------------------------------------------------
 constexpr uint32_t kBurst = 32;
-constexpr int kPollMs = 2000;  // a longer sleep with work published is a lost wakeup
+constexpr int64_t kPollUs = 2'000'000;  // a longer sleep with work published is a lost wakeup
 
-class EventFd {
-public:
-    EventFd() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-    ~EventFd() {
-        if (fd_ >= 0) close(fd_);
-    }
-    EventFd(const EventFd&) = delete;
-    EventFd& operator=(const EventFd&) = delete;
-    int fd() const { return fd_; }
-    void signal() const {
-        const uint64_t one = 1;
-        [[maybe_unused]] const ssize_t n = write(fd_, &one, sizeof one);
-    }
-    void drain() const {
-        uint64_t v = 0;
-        while (read(fd_, &v, sizeof v) == static_cast<ssize_t>(sizeof v)) {
-        }
-    }
-    /// Bounded sleep until readable; false on timeout or error.
-    bool wait(int timeout_ms) const {
-        pollfd p{fd_, POLLIN, 0};
-        for (;;) {
-            const int n = ::poll(&p, 1, timeout_ms);
-            if (n > 0) return true;
-            if (n == 0 || errno != EINTR) return false;
-        }
-    }
-
-private:
-    int fd_;
-};
+using notify::EventFd;
 
 /// The device loop: pop a burst, copy each chain's 64 readable bytes into its
 /// writable part, push, one flush and one signal decision per burst.
@@ -262,14 +229,14 @@ public:
                 q_.disable_notify();
                 continue;
             }
-            if (!kick_.wait(kPollMs)) {
+            if (!kick_.wait(kPollUs)) {
                 if (stop_.load()) return;
                 if (q_.pending() > 0) {  // published, armed, and no kick came
                     failed_.store(true);
                     return;
                 }
             }
-            kick_.drain();
+            kick_.consume();
             q_.disable_notify();
         }
     }
@@ -307,13 +274,14 @@ void BM_SplitTwoThreadCopy64(benchmark::State& state) {
     const bool event_idx = state.range(0) != 0;
     const bool use_eventfd = state.range(1) != 0;
     BenchRing r;
-    EventFd kick, call;
-    if (!r.setup(event_idx) || kick.fd() < 0 || call.fd() < 0) {
+    auto kick = EventFd::create();
+    auto call = EventFd::create();
+    if (!r.setup(event_idx) || !kick || !call) {
         state.SkipWithError("ring setup failed");
         return;
     }
     SplitDriverQueue& drv = *r.driver;
-    DeviceWorker worker(*r.device, use_eventfd, kick, call);
+    DeviceWorker worker(*r.device, use_eventfd, *kick, *call);
     std::thread device_thread([&worker] { worker.run(); });
 
     drv.disable_cb();
@@ -334,7 +302,7 @@ void BM_SplitTwoThreadCopy64(benchmark::State& state) {
         }
         if (n > 0 && drv.kick_prepare()) {
             ++kicks;
-            if (use_eventfd) kick.signal();
+            if (use_eventfd) kick->signal();
         }
         UsedBuf u;
         uint32_t got = 0;
@@ -355,8 +323,8 @@ void BM_SplitTwoThreadCopy64(benchmark::State& state) {
             drv.disable_cb();
             return true;
         }
-        if (!call.wait(kPollMs) && drv.poll(drv.last_used_idx())) ++lost;
-        call.drain();
+        if (!call->wait(kPollUs) && drv.poll(drv.last_used_idx())) ++lost;
+        call->consume();
         drv.disable_cb();
         return true;
     };
