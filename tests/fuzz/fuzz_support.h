@@ -18,6 +18,7 @@
 #include "pvnet/mem/guest_addr.h"
 #include "pvnet/mem/memory_region.h"
 #include "pvnet/mem/memory_table.h"
+#include "pvnet/util/result.h"
 #include "pvnet/virtio/le.h"
 
 namespace pvnet::fuzz {
@@ -43,6 +44,18 @@ private:
     const uint8_t* p_;
     const uint8_t* end_;
 };
+
+/// A setup call's result checked against what the input asked for: failure
+/// with `want`, or success when `want` is E::Count. The value made, else T{}.
+template <typename T, typename E>
+T expect_setup(Result<T, E> r, E want) {
+    if (want != E::Count) {
+        check(!r.has_value() && r.error() == want);
+        return T{};
+    }
+    check(r.has_value());
+    return std::move(r.value());
+}
 
 /// Truncation to a 16-bit ring index, spelled once.
 inline uint16_t u16_of(uint32_t v) { return static_cast<uint16_t>(v); }

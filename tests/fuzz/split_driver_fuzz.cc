@@ -454,15 +454,11 @@ int run_input(const uint8_t* data, std::size_t size) {
         }
     }
 
-    auto q = SplitDriverQueue::create(g.table(), cfg);
-    if (setup_error != RingError::Count) {
-        check(!q.has_value() && q.error() == setup_error);
-        return 0;
-    }
-    check(q.has_value());
+    auto q = expect_setup(SplitDriverQueue::create(g.table(), cfg), setup_error);
+    if (q == nullptr) return 0;
 
     Harness h;
-    h.q = std::move(q.value());
+    h.q = std::move(q);
     h.size = qsize;
     h.num_free = qsize;
     h.event_idx = cfg.event_idx;

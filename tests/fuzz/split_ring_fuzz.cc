@@ -768,15 +768,11 @@ int run_input(const uint8_t* data, std::size_t size) {
         g.store<uint16_t>(kAvailGpa + 4u + 2u * slot, v);
     }
 
-    auto q = SplitDeviceQueue::create(g.table(), cfg);
-    if (setup_error != RingError::Count) {
-        check(!q.has_value() && q.error() == setup_error);
-        return 0;
-    }
-    check(q.has_value());
+    auto q = expect_setup(SplitDeviceQueue::create(g.table(), cfg), setup_error);
+    if (q == nullptr) return 0;
 
     Harness h;
-    h.q = std::move(q.value());
+    h.q = std::move(q);
     h.m.size = qsize;
     h.m.event_idx = cfg.event_idx;
     h.m.indirect = cfg.indirect;
