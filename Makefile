@@ -125,9 +125,9 @@ BENCH_OUT ?= out
 PVNET     := ./$(BUILD_ROOT)/release/src/app/pvnet
 bench: release bench-deps
 	mkdir -p $(BENCH_OUT)
-	setsid -w $(PVNET) bench pvp --json $(BENCH_OUT)/pvp-event.json
+	setsid -w $(PVNET) bench pvp --json $(BENCH_OUT)/pvp-event.json --plot $(BENCH_OUT)/pvp-event.png
 	setsid -w $(PVNET) bench pvp --mode poll --frame-bytes 64 --weights baseline,256 \
-	    --testpmd --json $(BENCH_OUT)/pvp-poll.json
+	    --testpmd --json $(BENCH_OUT)/pvp-poll.json --plot $(BENCH_OUT)/pvp-poll.png
 	setsid -w $(PVNET) bench fairness --json $(BENCH_OUT)/fairness.json
 
 clean:

@@ -58,6 +58,30 @@ inline WeightRow parse_weight(const std::string& w, uint16_t qsize, uint32_t byt
     return r;
 }
 
+/// Renders `script` (gnuplot commands; the data file is "$DATA") to a PNG
+/// with gnuplot, writing `data` beside it as <png>.dat. Throws if gnuplot
+/// is missing or fails.
+inline void gnuplot_png(const std::string& png, const std::string& script,
+                        const std::string& data) {
+    const std::string dat = png + ".dat";
+    if (std::FILE* f = std::fopen(dat.c_str(), "w")) {
+        std::fputs(data.c_str(), f);
+        std::fclose(f);
+    } else {
+        throw std::runtime_error("cannot write " + dat);
+    }
+    std::FILE* g = popen("gnuplot", "w");
+    if (!g) throw std::runtime_error("gnuplot not found (apt-get install gnuplot-nox)");
+    std::fprintf(g, "set terminal pngcairo size 1000,600 font ',10'\nset output '%s'\n", png.c_str());
+    // "$DATA" in the script names the data file.
+    std::size_t from = 0;
+    for (std::size_t at; (at = script.find("$DATA", from)) != std::string::npos; from = at + 5) {
+        std::fprintf(g, "%.*s'%s'", static_cast<int>(at - from), script.c_str() + from, dat.c_str());
+    }
+    std::fputs(script.c_str() + from, g);
+    if (pclose(g) != 0) throw std::runtime_error("gnuplot failed for " + png);
+}
+
 /// Own session → own autogroup, raised to -20: this kernel's autogroups
 /// otherwise share the CPU evenly with whatever else runs.
 inline void boost_autogroup() {

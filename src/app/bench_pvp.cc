@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -31,6 +32,7 @@ void add_bench_pvp(CLI::App& bench) {
         int backend_cpu = 0, frontend_cpu = 1;
         std::string json;
         bool testpmd = false;
+        std::string plot;
     };
     auto o = std::make_shared<Opts>();
     CLI::App* cmd = bench.add_subcommand("pvp", "PVP loop: generator → rx ring → guest forward → tx ring → sink");
@@ -48,6 +50,8 @@ void add_bench_pvp(CLI::App& bench) {
     cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of the vhost worker (-1: any)");
     cmd->add_option("--frontend-cpu", o->frontend_cpu, "CPU of the guest thread (-1: any)");
     cmd->add_option("--json", o->json, "write all runs and medians to this file");
+    cmd->add_option("--plot", o->plot,
+                    "PNG: Mpps vs queue size, a line per weight, a panel per frame size");
     cmd->add_flag("--testpmd", o->testpmd,
                   "baseline: DPDK testpmd's virtio-user (io) <-> vhost (macswap) loop, run once "
                   "per round and queue size before pvnet's cells (root, hugepages, dpdk-dev)");
@@ -230,6 +234,46 @@ void add_bench_pvp(CLI::App& bench) {
                 j["testpmd"].push_back(jb);
             }
             std::ofstream(o->json) << j.dump(2) << "\n";
+        }
+        if (!o->plot.empty()) {
+            // Rows: frame queue, then median min max per weight in --weights
+            // order; one gnuplot index block per frame size.
+            std::ostringstream data, script;
+            for (uint32_t f : o->frames) {
+                for (uint16_t q : o->queues) {
+                    data << f << ' ' << q;
+                    for (const auto& wname : o->weights) {
+                        for (const Cell& c : cells) {
+                            if (c.frame != f || c.queue != q ||
+                                c.w.name != parse_weight(wname, q, o->byte_weight).name) {
+                                continue;
+                            }
+                            std::vector<double> m;
+                            for (const auto& r : c.runs) m.push_back(r.mpps);
+                            const Stat st = stat_of(m);
+                            data << ' ' << st.median << ' ' << st.min << ' ' << st.max;
+                        }
+                    }
+                    data << '\n';
+                }
+                data << "\n\n";
+            }
+            script << "set multiplot layout 1," << o->frames.size() << " title 'pvnet PVP, "
+                   << o->mode << " mode: Mpps (median, min-max) by queue size'\n"
+                   << "set logscale x 2\nset xlabel 'queue size'\nset ylabel 'Mpps'\n"
+                   << "set key top left\nset yrange [0:*]\n";
+            for (std::size_t fi = 0; fi < o->frames.size(); ++fi) {
+                script << "set title '" << o->frames[fi] << "-byte frames'\nplot ";
+                for (std::size_t wi = 0; wi < o->weights.size(); ++wi) {
+                    const std::size_t col = 3 + 3 * wi;
+                    script << (wi ? ", " : "") << "$DATA index " << fi << " using 2:" << col << ':'
+                           << col + 1 << ':' << col + 2 << " with yerrorlines title '"
+                           << parse_weight(o->weights[wi], 256, o->byte_weight).name << "'";
+                }
+                script << '\n';
+            }
+            script << "unset multiplot\n";
+            gnuplot_png(o->plot, script.str(), data.str());
         }
         if (!all_ok) throw std::runtime_error("some runs lost frames or broke a queue (see ERROR lines)");
     });
