@@ -75,11 +75,8 @@ FairnessResult run_fairness(const FairnessConfig& cfg) noexcept {
         res.error = "bad frame size or rate";
         return res;
     }
-    frontend::VirtioNetConfig fc;
-    fc.rx_size = fc.tx_size = cfg.queue_size;
-    fc.event_idx = cfg.event_idx;
     Testbed tb;
-    if (auto err = tb.setup(fc)) {
+    if (auto err = tb.setup(cfg.queue_size, cfg.event_idx)) {
         res.error = *err;
         return res;
     }

@@ -43,11 +43,8 @@ PvpResult run_pvp(const PvpConfig& cfg) noexcept {
         res.error = std::string(port::to_string(fmt.error()));
         return res;
     }
-    frontend::VirtioNetConfig fc;
-    fc.rx_size = fc.tx_size = cfg.queue_size;
-    fc.event_idx = cfg.event_idx;
     Testbed tb;
-    if (auto err = tb.setup(fc)) {
+    if (auto err = tb.setup(cfg.queue_size, cfg.event_idx)) {
         res.error = *err;
         return res;
     }

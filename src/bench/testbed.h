@@ -47,6 +47,14 @@ struct Testbed {
     std::optional<notify::EventFd> rx_kick, tx_kick, rx_call, tx_call;
     std::unique_ptr<frontend::VirtioNet> fe;
 
+    /// One queue pair of `queue_size` on both rings.
+    std::optional<std::string> setup(uint16_t queue_size, bool event_idx) noexcept {
+        frontend::VirtioNetConfig fc;
+        fc.rx_size = fc.tx_size = queue_size;
+        fc.event_idx = event_idx;
+        return setup(fc);
+    }
+
     /// Builds everything; on failure returns a message.
     std::optional<std::string> setup(const frontend::VirtioNetConfig& fc) noexcept {
         const uint64_t area = frontend::VirtioNet::area_bytes(fc);

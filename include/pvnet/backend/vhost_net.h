@@ -122,6 +122,12 @@ private:
     void worker() noexcept;
     void wait_for_work(int timeout_ms) noexcept;
     void signal(ring::SplitDeviceQueue& q, const notify::EventFd* call, Counter& calls) noexcept;
+    static void account_run(uint32_t pkts, uint64_t bytes, Counter& pkts_ctr, Counter& bytes_ctr,
+                            Counter& max_run) noexcept {
+        pkts_ctr.add(pkts);
+        bytes_ctr.add(bytes);
+        if (pkts > max_run.get()) max_run.add(pkts - max_run.get());
+    }
 
     VhostNetConfig cfg_;
     VhostNetFds fds_;

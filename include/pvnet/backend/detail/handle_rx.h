@@ -65,11 +65,7 @@ void VhostNet<Port>::handle_rx() noexcept {
             q.disable_notify();
         }
     }
-    stats_.rx_pkts.add(pkts);
-    stats_.rx_bytes.add(bytes);
-    if (pkts > stats_.rx_max_run_pkts.get()) {
-        stats_.rx_max_run_pkts.add(pkts - stats_.rx_max_run_pkts.get());
-    }
+    account_run(pkts, bytes, stats_.rx_pkts, stats_.rx_bytes, stats_.rx_max_run_pkts);
 }
 
 }  // namespace pvnet::backend

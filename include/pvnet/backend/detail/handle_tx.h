@@ -58,11 +58,7 @@ void VhostNet<Port>::handle_tx() noexcept {
             q.disable_notify();
         }
     }
-    stats_.tx_pkts.add(pkts);
-    stats_.tx_bytes.add(bytes);
-    if (pkts > stats_.tx_max_run_pkts.get()) {
-        stats_.tx_max_run_pkts.add(pkts - stats_.tx_max_run_pkts.get());
-    }
+    account_run(pkts, bytes, stats_.tx_pkts, stats_.tx_bytes, stats_.tx_max_run_pkts);
 }
 
 }  // namespace pvnet::backend
