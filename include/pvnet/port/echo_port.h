@@ -1,0 +1,104 @@
+// EchoPort: the server side of a request/response experiment behind the
+// backend. Every frame the guest sends (handle_tx → send) is a request of
+// some flow; the port queues a response frame of the same flow and sequence
+// number, which handle_rx then delivers to the guest (recv). One
+// outstanding request per flow in RR means the queue never holds more than
+// the number of flows; it is bounded anyway and overflow is a counted drop.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstring>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "pvnet/port/gen_port.h"
+#include "pvnet/util/counters.h"
+#include "pvnet/virtio/virtio_net.h"
+
+namespace pvnet::port {
+
+class EchoPort {
+public:
+    static constexpr uint32_t kHdrBytes = sizeof(virtio::virtio_net_hdr);
+    static constexpr std::size_t kMaxPending = 4096;
+
+    /// Responses are `frame_bytes` long; flows 0..flows-1.
+    static Result<std::unique_ptr<EchoPort>, PortError> create(uint32_t frame_bytes,
+                                                               uint16_t flows) {
+        std::unique_ptr<EchoPort> p(new EchoPort());
+        p->gens_.reserve(flows);
+        for (uint16_t f = 0; f < flows; ++f) {
+            auto fmt = FrameFormat::create(frame_bytes, f);
+            if (!fmt) return unexpected(fmt.error());
+            p->gens_.push_back(std::make_unique<FrameGen>(*fmt));
+        }
+        p->queue_.resize(kMaxPending);
+        return p;
+    }
+
+    bool rx_pending() const noexcept { return head_ != tail_; }
+
+    /// Delivers the oldest queued response (hdr + frame); 0 if none or no room.
+    uint32_t recv(std::span<const iovec> dst) noexcept {
+        if (head_ == tail_ || dst.empty()) return 0;
+        const Pending r = queue_[head_ % kMaxPending];
+        ++head_;
+        if (dst[0].iov_len < kHdrBytes) {
+            drop_no_room.add();
+            return 0;
+        }
+        auto* p = static_cast<std::byte*>(dst[0].iov_base);
+        std::memset(p, 0, kHdrBytes);
+        const uint32_t n = gens_[r.flow]->write_frame(
+            r.seq, p + kHdrBytes, static_cast<uint32_t>(dst[0].iov_len - kHdrBytes));
+        if (n == 0) {
+            drop_no_room.add();
+            return 0;
+        }
+        responses.add();
+        return n + kHdrBytes;
+    }
+
+    /// Takes a request (hdr + frame) and queues its response.
+    bool send(std::span<const iovec> src, uint32_t len) noexcept {
+        if (src.empty() || src[0].iov_len < len || len < kHdrBytes + kSeqOffset + 8) {
+            drop_bad_request.add();
+            return false;
+        }
+        const auto* frame = static_cast<const std::byte*>(src[0].iov_base) + kHdrBytes;
+        // UDP source port at 34 (after Ethernet 14 + IPv4 20), big-endian.
+        const auto flow = static_cast<uint16_t>(
+            ((std::to_integer<unsigned>(frame[34]) << 8) | std::to_integer<unsigned>(frame[35])) -
+            kUdpSrcPortBase);
+        uint64_t seq_be;
+        std::memcpy(&seq_be, frame + kSeqOffset, sizeof seq_be);
+        if (flow >= gens_.size()) {
+            drop_bad_request.add();
+            return false;
+        }
+        if (tail_ - head_ == kMaxPending) {
+            drop_queue_full.add();
+            return false;
+        }
+        queue_[tail_ % kMaxPending] = Pending{flow, __builtin_bswap64(seq_be)};
+        ++tail_;
+        requests.add();
+        return true;
+    }
+
+    Counter requests, responses, drop_bad_request, drop_queue_full, drop_no_room;
+
+private:
+    EchoPort() = default;
+    struct Pending {
+        uint16_t flow;
+        uint64_t seq;
+    };
+    std::vector<std::unique_ptr<FrameGen>> gens_;  ///< one per flow, made at setup
+    std::vector<Pending> queue_;  ///< ring of kMaxPending, sized once
+    uint64_t head_ = 0, tail_ = 0;
+};
+
+}  // namespace pvnet::port
