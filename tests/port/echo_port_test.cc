@@ -67,7 +67,7 @@ TEST(EchoPort, CountsQueueOverflow) {
     ASSERT_TRUE(p.has_value());
     auto r = request(0, 1);
     for (std::size_t i = 0; i < EchoPort::kMaxPending + 5; ++i) send(**p, r);
-    EXPECT_EQ((*p)->requests.get(), EchoPort::kMaxPending);
+    EXPECT_EQ((*p)->requests.get(), EchoPort::kMaxPending + 5);
     EXPECT_EQ((*p)->drop_queue_full.get(), 5u);
 }
 
@@ -81,6 +81,23 @@ TEST(EchoPort, CountsResponseThatDoesNotFit) {
     EXPECT_EQ((*p)->recv(std::span<const iovec>(&v, 1)), 0u);
     EXPECT_EQ((*p)->drop_no_room.get(), 1u);
     EXPECT_FALSE((*p)->rx_pending());
+}
+
+TEST(EchoPort, AnswersEveryKthRequestOfAFlow) {
+    auto p = EchoPort::create(64, 2, 2);
+    ASSERT_TRUE(p.has_value());
+    for (uint64_t s = 0; s < 5; ++s) {
+        auto a = request(0, s);
+        auto b = request(1, s);
+        send(**p, a);
+        send(**p, b);
+    }
+    std::array<std::byte, 2048> rx{};
+    const iovec v{rx.data(), rx.size()};
+    uint32_t answered = 0;
+    while ((*p)->rx_pending()) answered += (*p)->recv(std::span<const iovec>(&v, 1)) != 0;
+    EXPECT_EQ((*p)->requests.get(), 10u);
+    EXPECT_EQ(answered, 4u);  // seqs 1 and 3 of each flow
 }
 
 }  // namespace

@@ -24,10 +24,16 @@ public:
     static constexpr uint32_t kHdrBytes = sizeof(virtio::virtio_net_hdr);
     static constexpr std::size_t kMaxPending = 4096;
 
-    /// Responses are `frame_bytes` long; flows 0..flows-1.
+    /// Responses are `frame_bytes` long; flows 0..flows-1. With
+    /// `answer_every` k > 1 only every k-th request of a flow is answered
+    /// (a stream's delayed ACKs: k = 2), the rest are consumed silently.
     static Result<std::unique_ptr<EchoPort>, PortError> create(uint32_t frame_bytes,
-                                                               uint16_t flows) {
+                                                               uint16_t flows,
+                                                               uint32_t answer_every = 1) {
+        if (answer_every == 0) return unexpected(PortError::BadFrameSize);
         std::unique_ptr<EchoPort> p(new EchoPort());
+        p->answer_every_ = answer_every;
+        p->seen_.assign(flows, 0);
         p->gens_.reserve(flows);
         for (uint16_t f = 0; f < flows; ++f) {
             auto fmt = FrameFormat::create(frame_bytes, f);
@@ -78,13 +84,14 @@ public:
             drop_bad_request.add();
             return false;
         }
+        requests.add();
+        if (++seen_[flow] % answer_every_ != 0) return true;
         if (tail_ - head_ == kMaxPending) {
             drop_queue_full.add();
             return false;
         }
         queue_[tail_ % kMaxPending] = Pending{flow, __builtin_bswap64(seq_be)};
         ++tail_;
-        requests.add();
         return true;
     }
 
@@ -98,6 +105,8 @@ private:
     };
     std::vector<std::unique_ptr<FrameGen>> gens_;  ///< one per flow, made at setup
     std::vector<Pending> queue_;  ///< ring of kMaxPending, sized once
+    std::vector<uint64_t> seen_;  ///< requests per flow
+    uint32_t answer_every_ = 1;
     uint64_t head_ = 0, tail_ = 0;
 };
 
