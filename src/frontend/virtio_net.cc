@@ -1,6 +1,8 @@
-// Guest-side virtio-net: layout, rx refill, free-on-xmit transmit.
+// Guest-side virtio-net: layout, rx refill, the rx interrupt wait. Transmit
+// and tx completion are in xmit.cc.
 #include "pvnet/frontend/virtio_net.h"
 
+#include <algorithm>
 #include <new>
 
 #include "pvnet/virtio/virtio_net.h"
@@ -58,10 +60,14 @@ Result<std::unique_ptr<QueuePair>, FrontendError> QueuePair::create(
     d->rx_ = std::move(*rx);
     d->tx_ = std::move(*tx);
     // Free-on-xmit: tx completions are reaped on the next transmit, so the
-    // tx interrupt stays off (virtio_net without napi_tx).
-    d->tx_->disable_cb();
+    // tx interrupt stays off (virtio_net without napi_tx). Napi leaves it on.
+    if (cfg.tx_mode == TxMode::FreeOnXmit) d->tx_->disable_cb();
+    d->clean_tx_at_rx_ = cfg.clean_tx_at_rx && cfg.tx_mode == TxMode::Napi;
+    d->tx_wake_descs_ = cfg.tx_wake_descs == 0 ? kTxMaxChainDescs
+                                                : std::min(cfg.tx_wake_descs, cfg.tx_size);
 
     d->pool_.resize(cfg.n_bufs);
+    d->tx_recs_.resize(cfg.n_bufs);
     for (uint32_t i = 0; i < cfg.n_bufs; ++i) d->pool_[i] = cfg.n_bufs - 1 - i;
     d->pool_top_ = cfg.n_bufs;
     return d;
@@ -87,36 +93,6 @@ uint32_t QueuePair::try_fill_recv() noexcept {
         stats_.rx_kicks.add();
     }
     return added;
-}
-
-bool QueuePair::xmit(uint32_t buf_id, uint32_t len) noexcept {
-    if (!PVNET_ASSERT(buf_id < cfg_.n_bufs && len > 0 && len <= cfg_.buf_bytes)) return false;
-    const ring::Buf b{bufs_gpa_ + uint64_t{buf_id} * cfg_.buf_bytes, len};
-    if (tx_->add(std::span<const ring::Buf>(&b, 1), {}, buf_id) != ring::AddStatus::Ok) {
-        stats_.tx_drop_ring_full.add();
-        free_buf(buf_id);
-        return false;
-    }
-    stats_.tx_pkts.add();
-    stats_.tx_bytes.add(len);
-    return true;
-}
-
-void QueuePair::tx_flush() noexcept {
-    if (tx_->kick_prepare()) {
-        fds_.tx_kick->signal();
-        stats_.tx_kicks.add();
-    }
-}
-
-uint32_t QueuePair::free_old_xmit() noexcept {
-    uint32_t n = 0;
-    ring::UsedBuf u;
-    while (tx_->get_used(u)) {
-        free_buf(static_cast<uint32_t>(u.token));
-        ++n;
-    }
-    return n;
 }
 
 void QueuePair::wait_rx(int64_t timeout_us) noexcept {

@@ -1,8 +1,17 @@
 // VirtioNet: the guest-side virtio-net driver (Linux drivers/net/virtio_net.c),
 // a set of QueuePairs (virtnet_info's send_queue/receive_queue arrays). A
-// QueuePair lays its rings and packet buffers out in guest memory, keeps the rx ring filled (try_fill_recv), reaps rx in a
-// NAPI poll with a budget and re-arms interrupts race-free, and transmits
-// with free-on-xmit completion (free_old_xmit before each burst).
+// QueuePair lays its rings and packet buffers out in guest memory, keeps the
+// rx ring filled (try_fill_recv), reaps rx in a NAPI poll with a budget and
+// re-arms interrupts race-free, and transmits in one of two tx modes (the
+// seed's "virtio-net tx napi" thread):
+//   FreeOnXmit — tx interrupts off, completions reaped at the next transmit
+//                (free_old_xmit in start_xmit);
+//   Napi       — tx interrupts on with the delayed enable (EVENT_IDX),
+//                completions reaped in poll_tx (virtnet_poll_tx), and with
+//                clean_tx_at_rx also in poll_rx (virtnet_poll_cleantx).
+// xmit(Flow&, ...) charges a Flow's send credit and returns it at transmit
+// (orphan) or on completion; the tx queue stops while the ring is full
+// (check_sq_full_and_disable). busy_poll_rx spins before the caller sleeps.
 //
 // Buffers are one pool of fixed-size slots; a received buffer can be sent
 // on as is (the guest's io forwarding) and returns to the pool when the tx
@@ -14,6 +23,7 @@
 #include <span>
 #include <vector>
 
+#include "pvnet/frontend/flow.h"
 #include "pvnet/mem/guest_addr.h"
 #include "pvnet/mem/memory_table.h"
 #include "pvnet/notify/event_fd.h"
@@ -27,7 +37,24 @@ namespace pvnet::frontend {
 /// Linux NAPI_POLL_WEIGHT.
 inline constexpr uint32_t kNapiBudget = 64;
 
+/// Descriptors the largest tx chain takes (one buffer: header + frame).
+inline constexpr uint16_t kTxMaxChainDescs = 1;
+
 enum class FrontendError : uint8_t { AreaTooSmall, AreaUnmapped, RingSetup, Count };
+
+/// How tx completions are reaped (virtio_net's napi_tx module parameter).
+enum class TxMode : uint8_t {
+    FreeOnXmit,  ///< tx interrupts off; reaped at the next transmit
+    Napi,        ///< tx interrupts on (delayed enable); reaped in poll_tx
+};
+
+/// What xmit(Flow&, ...) did with the buffer.
+enum class XmitStatus : uint8_t {
+    Ok,        ///< queued; the queue owns the buffer
+    NoCredit,  ///< the flow is over its sndbuf; the caller keeps the buffer
+    Stopped,   ///< the tx queue is stopped (ring full); the caller keeps the buffer
+    Dropped,   ///< the ring refused it (broken); buffer freed, drop counted
+};
 
 struct VirtioNetConfig {
     uint16_t queue_pairs = 1;   ///< VIRTIO_NET_F_MQ's max_virtqueue_pairs
@@ -36,6 +63,12 @@ struct VirtioNetConfig {
     bool event_idx = true;
     uint32_t buf_bytes = 2048;  ///< one rx buffer: virtio_net_hdr + frame
     uint32_t n_bufs = 0;        ///< 0: enough for both rings twice over
+    TxMode tx_mode = TxMode::FreeOnXmit;
+    bool clean_tx_at_rx = false;  ///< poll_rx reaps tx completions too (Napi mode only)
+    uint32_t busy_poll_usecs = 0; ///< net.core.busy_poll: rx spin before sleeping
+    /// A stopped tx queue restarts at this many free descriptors; 0 means
+    /// kTxMaxChainDescs (Linux: the stop threshold). Capped at tx_size.
+    uint16_t tx_wake_descs = 0;
 };
 
 struct VirtioNetFds {
@@ -55,6 +88,20 @@ struct VirtioNetStats {
     Counter rx_interrupts;         ///< wakeups by the rx call fd
     Counter wait_timeouts;         ///< bounded sleeps that ended without an interrupt
     Counter refill_empty_pool;     ///< try_fill_recv stopped for lack of buffers
+    // tx completion (the seed's variants)
+    Counter tx_napi_polls;            ///< poll_tx runs
+    Counter tx_napi_budget_exhausted; ///< poll_tx stopped at its budget
+    Counter tx_interrupts;            ///< tx call fd found signalled by tx_interrupt()
+    Counter tx_completions;           ///< all tx completions reaped ...
+    Counter tx_completions_at_xmit;   ///< ... by free_old_xmit / start_xmit
+    Counter tx_completions_napi;      ///< ... by poll_tx
+    Counter tx_completions_at_rx;     ///< ... by poll_rx (clean_tx_at_rx)
+    Counter tx_queue_stops;           ///< check_sq_full_and_disable stopped the queue
+    Counter tx_queue_wakes;           ///< ... and a reap restarted it
+    Counter tx_busy;                  ///< xmit(Flow&) refused: queue stopped
+    Counter tx_no_credit;             ///< xmit(Flow&) refused: flow over sndbuf
+    Counter busy_poll_hits;           ///< busy_poll_rx found packets
+    Counter busy_poll_misses;         ///< ... spun its time out empty
 };
 
 class QueuePair {
@@ -82,13 +129,50 @@ public:
     template <typename Deliver>
     uint32_t poll_rx(uint32_t budget, Deliver&& deliver) noexcept;
 
-    /// Queues buffer `buf_id` (hdr + frame, `len` bytes) for transmit.
+    /// net.core.busy_poll: spins on the rx ring for up to `usecs`, delivering
+    /// up to `budget` packets as poll_rx does. Returns at the first non-empty
+    /// reap (a hit) or 0 when the time is up (a miss). Leaves rx interrupts
+    /// off: the caller re-arms with napi_complete() before sleeping.
+    template <typename Deliver>
+    uint32_t busy_poll_rx(uint32_t budget, Deliver&& deliver, uint32_t usecs) noexcept;
+    /// busy_poll_rx with the configured busy_poll_usecs.
+    template <typename Deliver>
+    uint32_t busy_poll_rx(uint32_t budget, Deliver&& deliver) noexcept {
+        return busy_poll_rx(budget, deliver, cfg_.busy_poll_usecs);
+    }
+
+    /// Queues buffer `buf_id` (hdr + frame, `len` bytes) for transmit, with
+    /// no flow and no queue-stop check (the forwarding path).
     /// False (and the buffer freed, the drop counted) if the ring is full.
     bool xmit(uint32_t buf_id, uint32_t len) noexcept;
-    /// Publishes queued transmits; kicks if the device wants.
+    /// start_xmit for a Flow: in FreeOnXmit mode first reaps completions;
+    /// refuses (buffer kept by the caller) while the queue is stopped or the
+    /// flow lacks credit (call flow.can_send first: stalls are counted there);
+    /// charges the flow, releasing at once if it orphans; then stops the
+    /// queue if the ring is full (check_sq_full_and_disable). The flow must
+    /// outlive its buffers in flight.
+    XmitStatus xmit(Flow& flow, uint32_t buf_id, uint32_t len) noexcept;
+    /// Publishes queued transmits; kicks if the device wants. In Napi mode
+    /// re-arms tx interrupts with the delayed enable (3/4 of what is in
+    /// flight), reaping first if that many are already used.
     void tx_flush() noexcept;
-    /// Reaps tx completions into the pool (free-on-xmit).
+    /// Reaps all tx completions into the pool, returning credit (free-on-xmit).
     uint32_t free_old_xmit() noexcept;
+    /// virtnet_poll_tx: reaps up to `budget` tx completions; under budget,
+    /// re-arms tx interrupts (Napi mode) and rechecks, reaping what raced in.
+    /// Returns the count; `budget` means call again.
+    uint32_t poll_tx(uint32_t budget) noexcept;
+    /// The tx interrupt: if the tx call fd was signalled, consumes it, counts
+    /// it and (Napi mode) runs poll_tx until under budget. In FreeOnXmit mode
+    /// it only turns tx interrupts off again (skb_xmit_done): the next xmit
+    /// reaps. Returns completions reaped.
+    uint32_t tx_interrupt(uint32_t budget = kNapiBudget) noexcept;
+    /// Sleeps until the tx call fd is signalled or `timeout_us` passes; does
+    /// not consume (tx_interrupt does). True if signalled.
+    bool wait_tx(int64_t timeout_us) const noexcept { return fds_.tx_call->wait(timeout_us); }
+    /// The tx queue is stopped (netif_tx_queue_stopped).
+    bool tx_stopped() const noexcept { return tx_stopped_; }
+    TxMode tx_mode() const noexcept { return cfg_.tx_mode; }
 
     /// napi_complete: re-arm rx interrupts. False if packets are already
     /// pending (poll again instead of sleeping).
@@ -121,9 +205,30 @@ public:
     const ring::SplitDriverQueue& rx_queue() const noexcept { return *rx_; }
     const ring::SplitDriverQueue& tx_queue() const noexcept { return *tx_; }
     const VirtioNetStats& stats() const noexcept { return stats_; }
+    /// Kicks sent are stats().rx_kicks / tx_kicks; these were not needed.
+    uint64_t rx_kicks_suppressed() const noexcept { return rx_->stats().kicks_suppressed.get(); }
+    uint64_t tx_kicks_suppressed() const noexcept { return tx_->stats().kicks_suppressed.get(); }
 
 private:
+    /// Who owns a buffer on the tx ring: the flow to credit on completion
+    /// (null if none or orphaned) and the bytes charged. Indexed by buffer id.
+    struct TxRecord {
+        Flow* flow = nullptr;
+        uint32_t len = 0;
+    };
+
     QueuePair() = default;
+    /// Reaps up to `max` tx completions, counted under `where`; returns
+    /// credit and buffers; restarts a stopped queue above the threshold.
+    uint32_t reap_tx(uint32_t max, Counter& where) noexcept;
+    /// virtnet_poll_cleantx: poll_rx's reap of the pair's tx ring (Napi only).
+    void poll_cleantx() noexcept;
+    /// Napi re-arm with the delayed enable; reaps while it finds work pending.
+    void tx_rearm_delayed(Counter& where) noexcept;
+    void check_sq_full_and_disable() noexcept;
+    /// The rx reap shared by poll_rx and busy_poll_rx.
+    template <typename Deliver>
+    uint32_t receive(uint32_t budget, Deliver& deliver) noexcept;
 
     VirtioNetConfig cfg_;
     VirtioNetFds fds_;
@@ -133,6 +238,10 @@ private:
     std::byte* bufs_host_ = nullptr;
     std::vector<uint32_t> pool_;  ///< free buffer ids (a stack), sized once
     uint32_t pool_top_ = 0;
+    std::vector<TxRecord> tx_recs_;  ///< per buffer id, sized once
+    bool clean_tx_at_rx_ = false;     ///< cfg.clean_tx_at_rx in Napi mode
+    bool tx_stopped_ = false;
+    uint16_t tx_wake_descs_ = kTxMaxChainDescs;
     VirtioNetStats stats_;
 };
 
@@ -158,9 +267,7 @@ private:
 };
 
 template <typename Deliver>
-uint32_t QueuePair::poll_rx(uint32_t budget, Deliver&& deliver) noexcept {
-    stats_.napi_polls.add();
-    rx_->disable_cb();
+uint32_t QueuePair::receive(uint32_t budget, Deliver& deliver) noexcept {
     uint32_t done = 0;
     uint64_t bytes = 0;
     ring::UsedBuf u;
@@ -176,10 +283,40 @@ uint32_t QueuePair::poll_rx(uint32_t budget, Deliver&& deliver) noexcept {
         bytes += u.len;
         if (!deliver(id, buf_host(id), u.len)) free_buf(id);
     }
-    if (done == budget) stats_.napi_budget_exhausted.add();
     stats_.rx_pkts.add(done);
     stats_.rx_bytes.add(bytes);
     return done;
+}
+
+template <typename Deliver>
+uint32_t QueuePair::poll_rx(uint32_t budget, Deliver&& deliver) noexcept {
+    stats_.napi_polls.add();
+    rx_->disable_cb();
+    if (clean_tx_at_rx_) poll_cleantx();
+    const uint32_t done = receive(budget, deliver);
+    if (done == budget) stats_.napi_budget_exhausted.add();
+    return done;
+}
+
+template <typename Deliver>
+uint32_t QueuePair::busy_poll_rx(uint32_t budget, Deliver&& deliver, uint32_t usecs) noexcept {
+    rx_->disable_cb();
+    if (clean_tx_at_rx_) poll_cleantx();
+    // One clock read per empty look: a vDSO call, cheap beside the spin.
+    const uint64_t deadline = monotonic_ns() + uint64_t{usecs} * 1000u;
+    for (;;) {
+        const uint32_t done = receive(budget, deliver);
+        if (done != 0) {
+            stats_.busy_poll_hits.add();
+            return done;
+        }
+        if (rx_->broken() || monotonic_ns() >= deadline) break;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+    stats_.busy_poll_misses.add();
+    return 0;
 }
 
 }  // namespace pvnet::frontend

@@ -1,0 +1,171 @@
+// Guest-side transmit and tx completion (Linux drivers/net/virtio_net.c
+// start_xmit, free_old_xmit, check_sq_full_and_disable, virtnet_poll_tx,
+// virtnet_poll_cleantx, skb_xmit_done), with Flow send credit: released at
+// transmit when the flow orphans, else when the completion is reaped.
+//
+// Interrupt discipline in Napi mode: whenever control leaves the tx path,
+// tx interrupts are armed with used_event at most 3/4 of what is in flight
+// ahead (enable_cb_delayed) or at the next entry (poll_tx's re-arm), so the
+// device always signals before every buffer is used and credit cannot be
+// stranded. FreeOnXmit keeps them off except while the queue is stopped.
+#include <cstdint>
+
+#include "pvnet/frontend/virtio_net.h"
+
+namespace pvnet::frontend {
+
+bool QueuePair::xmit(uint32_t buf_id, uint32_t len) noexcept {
+    if (!PVNET_ASSERT(buf_id < cfg_.n_bufs && len > 0 && len <= cfg_.buf_bytes)) return false;
+    const ring::Buf b{bufs_gpa_ + uint64_t{buf_id} * cfg_.buf_bytes, len};
+    if (tx_->add(std::span<const ring::Buf>(&b, 1), {}, buf_id) != ring::AddStatus::Ok) {
+        stats_.tx_drop_ring_full.add();
+        free_buf(buf_id);
+        return false;
+    }
+    tx_recs_[buf_id] = TxRecord{};
+    stats_.tx_pkts.add();
+    stats_.tx_bytes.add(len);
+    return true;
+}
+
+XmitStatus QueuePair::xmit(Flow& flow, uint32_t buf_id, uint32_t len) noexcept {
+    if (!PVNET_ASSERT(buf_id < cfg_.n_bufs && len > 0 && len <= cfg_.buf_bytes)) {
+        return XmitStatus::Dropped;
+    }
+    // start_xmit without napi_tx: free what the device has used first.
+    if (cfg_.tx_mode == TxMode::FreeOnXmit) reap_tx(UINT32_MAX, stats_.tx_completions_at_xmit);
+    if (tx_stopped_) {
+        stats_.tx_busy.add();
+        return XmitStatus::Stopped;
+    }
+    if (!flow.has_credit(len)) {
+        stats_.tx_no_credit.add();
+        return XmitStatus::NoCredit;
+    }
+    const ring::Buf b{bufs_gpa_ + uint64_t{buf_id} * cfg_.buf_bytes, len};
+    if (tx_->add(std::span<const ring::Buf>(&b, 1), {}, buf_id) != ring::AddStatus::Ok) {
+        stats_.tx_drop_ring_full.add();
+        free_buf(buf_id);
+        return XmitStatus::Dropped;
+    }
+    flow.charge(len);
+    if (flow.release_rule() == SndbufRelease::Orphan) {
+        // skb_orphan: the sender may go on at once; completion owes it nothing.
+        flow.release(len, false);
+        tx_recs_[buf_id] = TxRecord{};
+    } else {
+        tx_recs_[buf_id] = TxRecord{&flow, len};
+    }
+    stats_.tx_pkts.add();
+    stats_.tx_bytes.add(len);
+    check_sq_full_and_disable();
+    return XmitStatus::Ok;
+}
+
+void QueuePair::check_sq_full_and_disable() noexcept {
+    if (tx_->num_free() >= kTxMaxChainDescs) return;
+    tx_stopped_ = true;
+    stats_.tx_queue_stops.add();
+    if (cfg_.tx_mode == TxMode::Napi) {
+        // The tx interrupt restarts the queue through poll_tx; if 3/4 are
+        // already used, reap now instead (virtqueue_napi_schedule).
+        tx_rearm_delayed(stats_.tx_completions_napi);
+    } else if (!tx_->enable_cb_delayed()) {
+        // More just got used: free them, then recheck (reap_tx may restart
+        // the queue and turn the interrupt off again).
+        reap_tx(UINT32_MAX, stats_.tx_completions_at_xmit);
+    }
+}
+
+void QueuePair::tx_flush() noexcept {
+    if (tx_->kick_prepare()) {
+        fds_.tx_kick->signal();
+        stats_.tx_kicks.add();
+    }
+    if (cfg_.tx_mode == TxMode::Napi) tx_rearm_delayed(stats_.tx_completions_at_xmit);
+}
+
+void QueuePair::tx_rearm_delayed(Counter& where) noexcept {
+    // Bounded: each failed enable means a used entry is pending, and each
+    // reap frees one of at most tx_size in flight (or the queue broke, and
+    // enable_cb_delayed then says true).
+    while (!tx_->enable_cb_delayed()) {
+        tx_->disable_cb();
+        if (reap_tx(UINT32_MAX, where) == 0) break;
+    }
+}
+
+uint32_t QueuePair::free_old_xmit() noexcept {
+    return reap_tx(UINT32_MAX, stats_.tx_completions_at_xmit);
+}
+
+uint32_t QueuePair::reap_tx(uint32_t max, Counter& where) noexcept {
+    uint32_t n = 0;
+    ring::UsedBuf u;
+    while (n < max && tx_->get_used(u)) {
+        // The token is our own buffer id (get_used validated the head).
+        const auto id = static_cast<uint32_t>(u.token);
+        TxRecord& rec = tx_recs_[id];
+        if (rec.flow != nullptr) rec.flow->release(rec.len, true);
+        rec = TxRecord{};
+        free_buf(id);
+        ++n;
+    }
+    if (n != 0) {
+        stats_.tx_completions.add(n);
+        where.add(n);
+    }
+    if (tx_stopped_ && tx_->num_free() >= tx_wake_descs_) {
+        tx_stopped_ = false;
+        stats_.tx_queue_wakes.add();
+        // Free-on-xmit armed the interrupt only to hear about room.
+        if (cfg_.tx_mode == TxMode::FreeOnXmit) tx_->disable_cb();
+    }
+    return n;
+}
+
+uint32_t QueuePair::poll_tx(uint32_t budget) noexcept {
+    stats_.tx_napi_polls.add();
+    const bool napi = cfg_.tx_mode == TxMode::Napi;
+    if (napi) tx_->disable_cb();
+    uint32_t n = reap_tx(budget, stats_.tx_completions_napi);
+    // napi_complete + virtqueue_poll: re-arm at the next entry, then look
+    // again for entries that raced the re-arm.
+    while (n < budget) {
+        if (!napi || tx_->enable_cb()) return n;
+        tx_->disable_cb();
+        const uint32_t m = reap_tx(budget - n, stats_.tx_completions_napi);
+        if (m == 0) return n;  // broken mid-way: enable_cb says true next time
+        n += m;
+    }
+    stats_.tx_napi_budget_exhausted.add();
+    return n;
+}
+
+void QueuePair::poll_cleantx() noexcept {
+    // virtnet_poll_cleantx: reap with interrupts off, then re-arm delayed so
+    // the tx interrupt stays only as the fallback.
+    tx_->disable_cb();
+    reap_tx(UINT32_MAX, stats_.tx_completions_at_rx);
+    tx_rearm_delayed(stats_.tx_completions_at_rx);
+}
+
+uint32_t QueuePair::tx_interrupt(uint32_t budget) noexcept {
+    if (fds_.tx_call->consume() == 0) return 0;
+    stats_.tx_interrupts.add();
+    if (cfg_.tx_mode == TxMode::FreeOnXmit) {
+        // skb_xmit_done: room again; the next xmit reaps.
+        if (!tx_stopped_) tx_->disable_cb();
+        return 0;
+    }
+    if (budget == 0) return 0;
+    uint32_t n = 0;
+    uint32_t got = 0;
+    do {
+        got = poll_tx(budget);
+        n += got;
+    } while (got == budget && !tx_->broken());
+    return n;
+}
+
+}  // namespace pvnet::frontend
