@@ -12,6 +12,13 @@
 //   uint32_t recv(std::span<const iovec> dst) noexcept;   // hdr+frame, 0 = dropped
 //   bool     send(std::span<const iovec> src, uint32_t len) noexcept;
 // and optionally `int rx_fd() const` to sleep on in event mode.
+//
+// Interrupts: after each burst's used entries are published, the queue's
+// Coalescer decides whether to signal now (max frames / max usecs, seed
+// 000's "vhost: interrupt coalescing support"); when it says so the
+// driver's suppression (EVENT_IDX, NO_INTERRUPT) still decides. Its timer
+// fds sleep in the worker's epoll. Busy polling (vhost's busyloop_timeout):
+// before sleeping, the worker spins on the rings for up to busyloop_usecs.
 #pragma once
 
 #include <sys/uio.h>
@@ -19,10 +26,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <thread>
 
 #include "pvnet/mem/memory_table.h"
+#include "pvnet/notify/coalescer.h"
 #include "pvnet/notify/epoll.h"
 #include "pvnet/notify/event_fd.h"
 #include "pvnet/ring/device_queue.h"
@@ -58,6 +67,13 @@ struct VhostNetConfig {
     Weight rx_weight;
     Weight tx_weight;
     RunMode mode = RunMode::Event;
+    /// ethtool's rx-frames/rx-usecs: the rx queue's interrupts (the guest's
+    /// receive); tx-frames/tx-usecs: the tx queue's completions. 0/0: at once.
+    notify::CoalesceParams rx_coalesce;
+    notify::CoalesceParams tx_coalesce;
+    /// Event mode: spin this long on the rings before sleeping (vhost's
+    /// busyloop_timeout); 0: sleep at once.
+    uint32_t busyloop_usecs = 0;
 };
 
 /// The doorbells of one queue pair, owned by whoever wires the two sides.
@@ -75,6 +91,13 @@ struct VhostNetStats {
     Counter tx_max_run_pkts, rx_max_run_pkts;      ///< most packets in one run
     Counter tx_kicks, rx_kicks;                    ///< wakeups by a kick
     Counter tx_calls, rx_calls;                    ///< interrupts sent
+    Counter tx_signals_coalesced, rx_signals_coalesced;  ///< absorbed by coalescing
+    Counter tx_signals_suppressed_event_idx,             ///< coalescer said signal, the
+        rx_signals_suppressed_event_idx;                 ///< driver's EVENT_IDX/flags no
+    Counter tx_coalesce_timer_fires, rx_coalesce_timer_fires;  ///< timer signalled pending
+    Counter coalesce_updates;  ///< set_coalesce() messages applied by the worker
+    Counter busy_poll_hits;    ///< a spin found work (no sleep, no kick needed)
+    Counter busy_poll_misses;  ///< a spin ran out of budget, then slept
     Counter rx_ring_empty;                         ///< rx stopped: no guest buffers
     Counter tx_drop_bad_chain;                     ///< writable part or no header
     Counter rx_drop_bad_chain;                     ///< readable part in an rx chain
@@ -104,24 +127,62 @@ public:
     /// The handlers, callable directly when no worker runs (tests).
     void handle_tx() noexcept;
     void handle_rx() noexcept;
+    /// A coalescing timer fd was readable: signal what is pending. The
+    /// worker calls these; callable directly when no worker runs (tests).
+    void handle_tx_timer() noexcept { handle_timer(tx_sig_); }
+    void handle_rx_timer() noexcept { handle_timer(rx_sig_); }
+
+    /// New coalescing limits (VIRTIO_NET_CTRL_NOTF_COAL_RX_SET / _TX_SET),
+    /// callable from any thread: handed to the worker as a message, applied
+    /// at the top of its loop (stats().coalesce_updates counts it). Entries
+    /// pending under the old limits are signalled then.
+    void set_coalesce(notify::CoalesceParams rx, notify::CoalesceParams tx) noexcept;
 
     const VhostNetStats& stats() const noexcept { return stats_; }
     const ring::SplitDeviceQueue& rx_queue() const noexcept { return *rx_; }
     const ring::SplitDeviceQueue& tx_queue() const noexcept { return *tx_; }
+    /// The coalescers (owned by the worker; read their stats only).
+    const notify::Coalescer& rx_coalescer() const noexcept { return *rx_co_; }
+    const notify::Coalescer& tx_coalescer() const noexcept { return *tx_co_; }
     /// Work the handlers queued for themselves (kTxWork | kRxWork).
     uint32_t pending_work() const noexcept { return pending_; }
 
     static constexpr uint32_t kTxWork = 1;
     static constexpr uint32_t kRxWork = 2;
     static constexpr uint32_t kPortWork = 4;  ///< epoll tag of the port's fd
+    static constexpr uint32_t kTxTimer = 8;   ///< epoll tag of tx's coalescing timer
+    static constexpr uint32_t kRxTimer = 16;  ///< epoll tag of rx's coalescing timer
 
 private:
+    /// One queue's interrupt path: ring, coalescer, doorbell, counters.
+    struct QueueSignal {
+        ring::SplitDeviceQueue& q;
+        notify::Coalescer& co;
+        const notify::EventFd* call;
+        Counter& calls;
+        Counter& coalesced;
+        Counter& suppressed;
+        Counter& timer_fires;
+    };
+    /// set_coalesce()'s mailbox: the fields, then a release bump of epoch.
+    struct CoalesceMsg {
+        std::atomic<uint32_t> rx_frames{0}, rx_usecs{0}, tx_frames{0}, tx_usecs{0};
+        std::atomic<uint64_t> epoch{0};
+    };
+
     VhostNet(const VhostNetConfig& cfg, const VhostNetFds& fds, Port& port,
              std::unique_ptr<ring::SplitDeviceQueue> rx, std::unique_ptr<ring::SplitDeviceQueue> tx,
+             std::unique_ptr<notify::Coalescer> rx_co, std::unique_ptr<notify::Coalescer> tx_co,
              notify::EventFd wake, notify::Epoll epoll);
     void worker() noexcept;
     void wait_for_work(int timeout_ms) noexcept;
-    void signal(ring::SplitDeviceQueue& q, const notify::EventFd* call, Counter& calls) noexcept;
+    bool busy_poll() noexcept;
+    void apply_coalesce() noexcept;
+    /// `n` used entries were just published on s.q.
+    void signal(QueueSignal& s, uint32_t n) noexcept;
+    /// The coalescer said signal: the driver's suppression decides.
+    void raise(QueueSignal& s) noexcept;
+    void handle_timer(QueueSignal& s) noexcept;
     static void account_run(uint32_t pkts, uint64_t bytes, Counter& pkts_ctr, Counter& bytes_ctr,
                             Counter& max_run) noexcept {
         pkts_ctr.add(pkts);
@@ -134,6 +195,8 @@ private:
     Port& port_;
     std::unique_ptr<ring::SplitDeviceQueue> rx_;
     std::unique_ptr<ring::SplitDeviceQueue> tx_;
+    std::unique_ptr<notify::Coalescer> rx_co_;
+    std::unique_ptr<notify::Coalescer> tx_co_;
     std::unique_ptr<ring::DescChain> chain_;  ///< reused for every packet
     uint32_t pending_ = 0;                    ///< worker-owned work list
     std::atomic<bool> stop_{false};
@@ -141,6 +204,11 @@ private:
     notify::Epoll epoll_;                     ///< kicks, port fd, wake_
     std::thread thread_;
     VhostNetStats stats_;
+    QueueSignal rx_sig_;
+    QueueSignal tx_sig_;
+    CoalesceMsg coalesce_msg_;
+    uint64_t coalesce_epoch_ = 0;  ///< worker: last epoch applied
+    std::mutex coalesce_mu_;       ///< orders concurrent setters (control plane only)
 };
 
 }  // namespace pvnet::backend

@@ -48,7 +48,7 @@ void VhostNet<Port>::handle_rx() noexcept {
         pkts += burst;
         if (burst != 0) {
             q.flush_used();
-            signal(q, fds_.rx_call, stats_.rx_calls);
+            signal(rx_sig_, burst);
         }
         if (requeue) {
             pending_ |= kRxWork;

@@ -43,7 +43,7 @@ void VhostNet<Port>::handle_tx() noexcept {
         pkts += burst;
         if (burst != 0) {
             q.flush_used();
-            signal(q, fds_.tx_call, stats_.tx_calls);
+            signal(tx_sig_, burst);
         }
         if (requeue) {
             pending_ |= kTxWork;  // behind the rx work already queued

@@ -1,6 +1,9 @@
 // The worker thread: vhost_worker's loop. Work comes from the handlers'
 // own requeues (weights) and, in event mode, from the kick eventfds and
-// the port's fd, waited on with epoll.
+// the port's fd, waited on with epoll, or is found by busy polling
+// (vhost_net_busy_poll) before the worker sleeps. The interrupt decision
+// (Coalescer, then the ring's vhost_notify) and the coalescing timers and
+// control messages are handled here too.
 #pragma once
 
 #include <array>
@@ -11,6 +14,15 @@
 
 namespace pvnet::backend {
 
+namespace detail {
+/// Spin-wait hint while busy polling.
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+}  // namespace detail
+
 template <typename Port>
 Result<std::unique_ptr<VhostNet<Port>>, ring::RingError> VhostNet<Port>::create(
     const mem::MemoryTable& table, const VhostNetConfig& cfg, const VhostNetFds& fds,
@@ -19,18 +31,24 @@ Result<std::unique_ptr<VhostNet<Port>>, ring::RingError> VhostNet<Port>::create(
     if (!rx) return unexpected(rx.error());
     auto tx = ring::SplitDeviceQueue::create(table, cfg.tx);
     if (!tx) return unexpected(tx.error());
+    auto rx_co = notify::Coalescer::create(cfg.rx_coalesce);
+    auto tx_co = notify::Coalescer::create(cfg.tx_coalesce);
+    if (!rx_co || !tx_co) return unexpected(ring::RingError::Count);
     auto wake = notify::EventFd::create();
     auto ep = notify::Epoll::create();
     if (!wake || !ep) return unexpected(ring::RingError::Count);
     bool watched = ep->add(wake->fd(), 0).has_value();
     if (fds.tx_kick) watched = watched && ep->add(fds.tx_kick->fd(), kTxWork).has_value();
     if (fds.rx_kick) watched = watched && ep->add(fds.rx_kick->fd(), kRxWork).has_value();
+    watched = watched && ep->add((*tx_co)->timer_fd(), kTxTimer).has_value();
+    watched = watched && ep->add((*rx_co)->timer_fd(), kRxTimer).has_value();
     if constexpr (requires { port.rx_fd(); }) {
         if (port.rx_fd() >= 0) watched = watched && ep->add(port.rx_fd(), kPortWork).has_value();
     }
     if (!watched) return unexpected(ring::RingError::Count);
     std::unique_ptr<VhostNet> d(new (std::nothrow) VhostNet(
-        cfg, fds, port, std::move(*rx), std::move(*tx), std::move(*wake), std::move(*ep)));
+        cfg, fds, port, std::move(*rx), std::move(*tx), std::move(*rx_co), std::move(*tx_co),
+        std::move(*wake), std::move(*ep)));
     if (!d || !d->chain_) return unexpected(ring::RingError::Count);
     return d;
 }
@@ -38,25 +56,125 @@ Result<std::unique_ptr<VhostNet<Port>>, ring::RingError> VhostNet<Port>::create(
 template <typename Port>
 VhostNet<Port>::VhostNet(const VhostNetConfig& cfg, const VhostNetFds& fds, Port& port,
                          std::unique_ptr<ring::SplitDeviceQueue> rx,
-                         std::unique_ptr<ring::SplitDeviceQueue> tx, notify::EventFd wake,
+                         std::unique_ptr<ring::SplitDeviceQueue> tx,
+                         std::unique_ptr<notify::Coalescer> rx_co,
+                         std::unique_ptr<notify::Coalescer> tx_co, notify::EventFd wake,
                          notify::Epoll epoll)
     : cfg_(cfg),
       fds_(fds),
       port_(port),
       rx_(std::move(rx)),
       tx_(std::move(tx)),
+      rx_co_(std::move(rx_co)),
+      tx_co_(std::move(tx_co)),
       chain_(new (std::nothrow) ring::DescChain),
       wake_(std::move(wake)),
-      epoll_(std::move(epoll)) {}
+      epoll_(std::move(epoll)),
+      rx_sig_{*rx_,
+              *rx_co_,
+              fds.rx_call,
+              stats_.rx_calls,
+              stats_.rx_signals_coalesced,
+              stats_.rx_signals_suppressed_event_idx,
+              stats_.rx_coalesce_timer_fires},
+      tx_sig_{*tx_,
+              *tx_co_,
+              fds.tx_call,
+              stats_.tx_calls,
+              stats_.tx_signals_coalesced,
+              stats_.tx_signals_suppressed_event_idx,
+              stats_.tx_coalesce_timer_fires} {}
 
 template <typename Port>
-void VhostNet<Port>::signal(ring::SplitDeviceQueue& q, const notify::EventFd* call,
-                            Counter& calls) noexcept {
-    if (cfg_.mode == RunMode::Poll || call == nullptr) return;
-    if (q.should_signal()) {
-        call->signal();
-        calls.add();
+void VhostNet<Port>::signal(QueueSignal& s, uint32_t n) noexcept {
+    if (cfg_.mode == RunMode::Poll || s.call == nullptr) return;
+    // Coalescing first, so a deferred burst leaves the EVENT_IDX bookkeeping
+    // (signalled_used) alone and is covered by the next decision's interval.
+    if (s.co.on_used(n) == notify::CoalesceAction::Defer) {
+        s.coalesced.add();
+        return;
     }
+    raise(s);
+}
+
+template <typename Port>
+void VhostNet<Port>::raise(QueueSignal& s) noexcept {
+    if (s.call == nullptr || s.q.broken()) return;
+    if (s.q.should_signal()) {
+        s.call->signal();
+        s.calls.add();
+    } else {
+        s.suppressed.add();
+    }
+}
+
+template <typename Port>
+void VhostNet<Port>::handle_timer(QueueSignal& s) noexcept {
+    if (s.co.on_timer() == notify::CoalesceAction::Signal) {
+        s.timer_fires.add();
+        raise(s);
+    }
+}
+
+template <typename Port>
+void VhostNet<Port>::set_coalesce(notify::CoalesceParams rx, notify::CoalesceParams tx) noexcept {
+    // Setters are serialised so the four fields of one message are never
+    // mixed with another's; the worker takes no lock.
+    const std::lock_guard<std::mutex> lock(coalesce_mu_);
+    coalesce_msg_.rx_frames.store(rx.max_frames, std::memory_order_relaxed);
+    coalesce_msg_.rx_usecs.store(rx.max_usecs, std::memory_order_relaxed);
+    coalesce_msg_.tx_frames.store(tx.max_frames, std::memory_order_relaxed);
+    coalesce_msg_.tx_usecs.store(tx.max_usecs, std::memory_order_relaxed);
+    // ORDER: release; pairs with the acquire in apply_coalesce(), which then
+    // reads these fields (or newer ones, whose epoch bump follows).
+    coalesce_msg_.epoch.fetch_add(1, std::memory_order_release);
+    wake_.signal();  // a sleeping worker applies it now, not at its next timeout
+}
+
+template <typename Port>
+void VhostNet<Port>::apply_coalesce() noexcept {
+    // ORDER: acquire; pairs with the release bump in set_coalesce(). A setter
+    // racing with these loads bumps the epoch again, so its fields are
+    // applied on the next pass.
+    coalesce_epoch_ = coalesce_msg_.epoch.load(std::memory_order_acquire);
+    const notify::CoalesceParams rx{coalesce_msg_.rx_frames.load(std::memory_order_relaxed),
+                                    coalesce_msg_.rx_usecs.load(std::memory_order_relaxed)};
+    const notify::CoalesceParams tx{coalesce_msg_.tx_frames.load(std::memory_order_relaxed),
+                                    coalesce_msg_.tx_usecs.load(std::memory_order_relaxed)};
+    if (rx_co_->set(rx) == notify::CoalesceAction::Signal) raise(rx_sig_);
+    if (tx_co_->set(tx) == notify::CoalesceAction::Signal) raise(tx_sig_);
+    stats_.coalesce_updates.add();
+}
+
+template <typename Port>
+bool VhostNet<Port>::busy_poll() noexcept {
+    if (cfg_.busyloop_usecs == 0) return false;
+    uint64_t end = notify::Coalescer::now_ns() + uint64_t{cfg_.busyloop_usecs} * 1000u;
+    // A pending coalescing deadline ends the spin early: its timer fd is
+    // only seen by the epoll wait.
+    for (const uint64_t d : {rx_co_->deadline_ns(), tx_co_->deadline_ns()}) {
+        if (d != 0 && d < end) end = d;
+    }
+    // Notifications stay enabled: a kick that lands meanwhile is consumed by
+    // the next epoll wait, never lost.
+    for (;;) {
+        // One acquire load of avail.idx per ring (pending()), and the port.
+        if (tx_->pending() != 0) pending_ |= kTxWork;
+        if (port_.rx_pending() && rx_->pending() != 0) pending_ |= kRxWork;
+        if (pending_ != 0) {
+            stats_.busy_poll_hits.add();
+            return true;
+        }
+        // Stop and control messages are served by the loop, not after the budget.
+        if (stop_.load(std::memory_order_relaxed) ||
+            coalesce_msg_.epoch.load(std::memory_order_relaxed) != coalesce_epoch_) {
+            return false;
+        }
+        if (notify::Coalescer::now_ns() >= end) break;
+        detail::cpu_relax();
+    }
+    stats_.busy_poll_misses.add();
+    return false;
 }
 
 template <typename Port>
@@ -78,7 +196,7 @@ void VhostNet<Port>::stop() noexcept {
 
 template <typename Port>
 void VhostNet<Port>::wait_for_work(int timeout_ms) noexcept {
-    std::array<uint32_t, 4> tags;
+    std::array<uint32_t, 8> tags;
     const std::size_t n = epoll_.wait(tags, timeout_ms);
     if (timeout_ms != 0) stats_.wakeups.add();
     for (std::size_t i = 0; i < n; ++i) {
@@ -89,6 +207,10 @@ void VhostNet<Port>::wait_for_work(int timeout_ms) noexcept {
         } else if (w & kRxWork) {
             fds_.rx_kick->consume();
             stats_.rx_kicks.add();
+        } else if (w == kTxTimer) {
+            handle_tx_timer();
+        } else if (w == kRxTimer) {
+            handle_rx_timer();
         } else if (w == 0) {
             wake_.consume();
         }
@@ -101,14 +223,24 @@ template <typename Port>
 void VhostNet<Port>::worker() noexcept {
     pending_ = kTxWork | kRxWork;
     while (!stop_.load(std::memory_order_relaxed)) {
+        // ORDER: acquire when it moved (apply_coalesce); relaxed peek first.
+        if (coalesce_msg_.epoch.load(std::memory_order_relaxed) != coalesce_epoch_) {
+            apply_coalesce();
+        }
         if (cfg_.mode == RunMode::Poll) {
             pending_ = kTxWork | kRxWork;
         } else if (pending_ == 0) {
-            // Bounded so a lost wakeup shows as latency in the stats, never a hang.
-            wait_for_work(100);
-            // A flood port is always readable and has no fd to wait on.
-            if (port_.rx_pending() && !rx_->broken()) pending_ |= kRxWork;
-            continue;
+            if (busy_poll()) {
+                // Found by spinning: collect, without sleeping, any kick or
+                // timer that landed meanwhile, so it is consumed now.
+                wait_for_work(0);
+            } else {
+                // Bounded so a lost wakeup shows as latency in the stats, never a hang.
+                wait_for_work(100);
+                // A flood port is always readable and has no fd to wait on.
+                if (port_.rx_pending() && !rx_->broken()) pending_ |= kRxWork;
+                continue;
+            }
         } else if (pending_ != (kTxWork | kRxWork)) {
             // A handler requeued itself: collect kicks that came meanwhile
             // without sleeping, as vhost_poll_queue adds work to the list

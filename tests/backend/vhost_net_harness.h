@@ -1,0 +1,324 @@
+// The test bench of VhostNet's tests: guest memory in one MemoryRegion
+// (gpa 0x100000) holding both split rings and the packet slots, a
+// test-driven SplitDriverQueue on each ring (the guest), the four
+// doorbells, a FakePort (the world) and the device under test. Handlers
+// can be called directly (no worker) or the worker started.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "pvnet/backend/vhost_net.h"
+#include "pvnet/mem/guest_addr.h"
+#include "pvnet/mem/memory_region.h"
+#include "pvnet/mem/memory_table.h"
+#include "pvnet/notify/coalescer.h"
+#include "pvnet/notify/event_fd.h"
+#include "pvnet/ring/device_queue.h"
+#include "pvnet/ring/driver_queue.h"
+#include "pvnet/ring/ring_error.h"
+#include "pvnet/ring/split_ring.h"
+#include "pvnet/virtio/le.h"
+#include "pvnet/virtio/virtio_net.h"
+#include "pvnet/virtio/virtio_ring.h"
+
+namespace pvnet::backend::harness {
+
+using mem::GuestAddr;
+using ring::AddStatus;
+using ring::Buf;
+using ring::RingError;
+using ring::SplitRingAddrs;
+using ring::UsedBuf;
+using Layout = virtio::SplitRingLayout;
+
+inline constexpr uint32_t kHdr = sizeof(virtio::virtio_net_hdr);
+/// Bytes a frame needs so the port can check its sequence number.
+inline constexpr uint32_t kSeqBytes = kHdr + 8;
+
+/// The byte at offset `i` of packet `seq` (header bytes excluded).
+inline std::byte pattern(uint64_t seq, std::size_t i) {
+    return static_cast<std::byte>((seq * 31u + i * 7u + 1u) & 0xffu);
+}
+
+/// Lays out packet `seq` of `len` bytes (hdr + frame) at `p`: a zeroed
+/// virtio_net_hdr, then the seq (when it fits), then the pattern.
+inline void write_packet(std::byte* p, uint64_t seq, uint32_t len) {
+    for (uint32_t i = 0; i < len; ++i) p[i] = i < kHdr ? std::byte{0} : pattern(seq, i);
+    if (len >= kSeqBytes) std::memcpy(p + kHdr, &seq, sizeof seq);
+}
+
+/// Checks a packet written by write_packet; returns its seq or nullopt.
+inline std::optional<uint64_t> check_packet(const std::byte* p, uint32_t len) {
+    if (len < kSeqBytes) return std::nullopt;
+    uint64_t seq = 0;
+    std::memcpy(&seq, p + kHdr, sizeof seq);
+    for (uint32_t i = 0; i < kHdr; ++i) {
+        if (p[i] != std::byte{0}) return std::nullopt;
+    }
+    for (uint32_t i = kSeqBytes; i < len; ++i) {
+        if (p[i] != pattern(seq, i)) return std::nullopt;
+    }
+    return seq;
+}
+
+/// The world behind the backend. rx: a configurable number of packets
+/// (or a flood) of rx_len bytes each (hdr + frame). tx: records what the
+/// guest sent. Hooks let a test play a guest that reacts during a run.
+struct FakePort {
+    static constexpr uint64_t kFlood = UINT64_MAX;
+
+    uint64_t rx_left = 0;  ///< packets waiting; kFlood: always one more
+    uint32_t rx_len = 64;  ///< bytes recv() writes
+    uint64_t rx_seq = 0;   ///< packets delivered into guest buffers
+    uint64_t rx_no_room = 0;
+    uint64_t recv_calls = 0;
+
+    std::vector<uint32_t> sent_lens;
+    std::vector<uint64_t> sent_seqs;  ///< seqs of the packets that carried one
+    uint64_t sent_bytes = 0;
+    uint64_t send_bad = 0;  ///< iovecs disagree with len, or bad bytes
+
+    std::function<void()> on_send;  ///< after each send
+    std::function<void()> on_recv;  ///< after each recv
+
+    bool rx_pending() noexcept { return rx_left != 0; }
+
+    uint32_t recv(std::span<const iovec> dst) noexcept {
+        ++recv_calls;
+        if (rx_left != kFlood) --rx_left;
+        std::size_t room = 0;
+        for (const iovec& v : dst) room += v.iov_len;
+        uint32_t ret = 0;
+        if (room < rx_len) {
+            ++rx_no_room;  // dropped: consumed, nothing written
+        } else {
+            std::vector<std::byte> pkt(rx_len);
+            write_packet(pkt.data(), rx_seq, rx_len);
+            std::size_t off = 0;
+            for (const iovec& v : dst) {
+                const std::size_t n = std::min<std::size_t>(v.iov_len, rx_len - off);
+                std::memcpy(v.iov_base, pkt.data() + off, n);
+                off += n;
+                if (off == rx_len) break;
+            }
+            ++rx_seq;
+            ret = rx_len;
+        }
+        if (on_recv) on_recv();
+        return ret;
+    }
+
+    bool send(std::span<const iovec> src, uint32_t len) noexcept {
+        std::vector<std::byte> pkt;
+        for (const iovec& v : src) {
+            const auto* b = static_cast<const std::byte*>(v.iov_base);
+            pkt.insert(pkt.end(), b, b + v.iov_len);
+        }
+        bool ok = pkt.size() == len;
+        if (ok && len >= kSeqBytes) {
+            const auto seq = check_packet(pkt.data(), len);
+            if (seq) sent_seqs.push_back(*seq);
+            ok = seq.has_value();
+        }
+        if (!ok) ++send_bad;
+        sent_lens.push_back(len);
+        sent_bytes += len;
+        if (on_send) on_send();
+        return ok;
+    }
+};
+
+struct Options {
+    uint16_t size = 256;
+    bool event_idx = false;
+    Weight tx_weight{};
+    Weight rx_weight{};
+    RunMode mode = RunMode::Event;
+    notify::CoalesceParams rx_coalesce{};
+    notify::CoalesceParams tx_coalesce{};
+    uint32_t busyloop_usecs = 0;
+};
+
+/// Guest memory, both rings with a test-driven driver on each, the
+/// doorbells, the port and the device under test.
+class Harness {
+public:
+    static constexpr uint64_t kBase = 0x100000;
+    static constexpr uint64_t kRingArea = 64 * 1024;  ///< per ring (size <= 1024)
+    static constexpr uint32_t kSlotBytes = 2048;
+    static constexpr uint32_t kSlots = 2048;
+    static constexpr uint64_t kMemBytes = 2 * kRingArea + uint64_t{kSlots} * kSlotBytes;
+    static constexpr uint64_t kDataGpa = kBase + 2 * kRingArea;
+
+    using Dev = VhostNet<FakePort>;
+
+    explicit Harness(const Options& o) : opt_(o) {
+        if (ring::split_ring_bytes(o.size) > kRingArea) throw std::logic_error("ring too big");
+        auto r = mem::MemoryRegion::create(kMemBytes, "vhost_net_test");
+        if (!r) throw std::runtime_error("MemoryRegion::create");
+        region_.emplace(std::move(r.value()));
+        if (!table_.add(GuestAddr(kBase), region_->bytes())) throw std::runtime_error("table");
+        rx_addrs_ = ring::split_ring_addrs_at(GuestAddr(kBase), o.size);
+        tx_addrs_ = ring::split_ring_addrs_at(GuestAddr(kBase + kRingArea), o.size);
+
+        ring::DriverQueueConfig dq;
+        dq.event_idx = o.event_idx;
+        dq.addrs = rx_addrs_;
+        auto rxd = ring::SplitDriverQueue::create(table_, dq);
+        dq.addrs = tx_addrs_;
+        auto txd = ring::SplitDriverQueue::create(table_, dq);
+        if (!rxd || !txd) throw std::runtime_error("SplitDriverQueue::create");
+        rxd_ = std::move(*rxd);
+        txd_ = std::move(*txd);
+
+        for (auto* e : {&rx_kick_, &tx_kick_, &rx_call_, &tx_call_}) {
+            auto fd = notify::EventFd::create();
+            if (!fd) throw std::runtime_error("EventFd::create");
+            e->emplace(std::move(*fd));
+        }
+
+        VhostNetConfig cfg;
+        cfg.rx.addrs = rx_addrs_;
+        cfg.tx.addrs = tx_addrs_;
+        cfg.rx.event_idx = cfg.tx.event_idx = o.event_idx;
+        cfg.rx_weight = o.rx_weight;
+        cfg.tx_weight = o.tx_weight;
+        cfg.mode = o.mode;
+        cfg.rx_coalesce = o.rx_coalesce;
+        cfg.tx_coalesce = o.tx_coalesce;
+        cfg.busyloop_usecs = o.busyloop_usecs;
+        auto d = Dev::create(table_, cfg,
+                             VhostNetFds{&*rx_kick_, &*tx_kick_, &*rx_call_, &*tx_call_}, port);
+        if (!d) throw std::runtime_error("VhostNet::create");
+        dev_ = std::move(*d);
+    }
+
+    Dev& dev() { return *dev_; }
+    const VhostNetStats& stats() const { return dev_->stats(); }
+    ring::SplitDriverQueue& rxd() { return *rxd_; }
+    ring::SplitDriverQueue& txd() { return *txd_; }
+    const notify::EventFd& rx_call() const { return *rx_call_; }
+    const notify::EventFd& tx_call() const { return *tx_call_; }
+    const notify::EventFd& rx_kick() const { return *rx_kick_; }
+    const notify::EventFd& tx_kick() const { return *tx_kick_; }
+    const SplitRingAddrs& rx_addrs() const { return rx_addrs_; }
+    const SplitRingAddrs& tx_addrs() const { return tx_addrs_; }
+    uint16_t size() const { return opt_.size; }
+
+    // ---- guest memory ------------------------------------------------------
+
+    static GuestAddr slot_gpa(uint64_t token) {
+        return GuestAddr(kDataGpa + (token % kSlots) * kSlotBytes);
+    }
+    std::byte* host(GuestAddr gpa) const { return region_->host() + (gpa.value - kBase); }
+
+    // ---- the guest driver ----------------------------------------------------
+
+    /// Queues tx packet `seq` of `len` bytes (hdr + frame); not yet published.
+    AddStatus add_tx(uint64_t seq, uint32_t len) {
+        write_packet(host(slot_gpa(seq)), seq, len);
+        const Buf b{slot_gpa(seq), len};
+        return txd_->add(std::span<const Buf>(&b, 1), {}, seq);
+    }
+    /// Queues and publishes tx packets [first, first + n), all `len` bytes.
+    void add_tx_burst(uint64_t first, uint32_t n, uint32_t len) {
+        for (uint64_t s = first; s < first + n; ++s) {
+            if (add_tx(s, len) != AddStatus::Ok) throw std::logic_error("add_tx");
+        }
+        txd_->publish();
+    }
+    /// Queues an rx buffer `token` of `len` bytes; not yet published.
+    AddStatus add_rx(uint64_t token, uint32_t len = kSlotBytes) {
+        const Buf b{slot_gpa(token), len};
+        return rxd_->add({}, std::span<const Buf>(&b, 1), token);
+    }
+    void add_rx_burst(uint64_t first, uint32_t n, uint32_t len = kSlotBytes) {
+        for (uint64_t t = first; t < first + n; ++t) {
+            if (add_rx(t, len) != AddStatus::Ok) throw std::logic_error("add_rx");
+        }
+        rxd_->publish();
+    }
+    static std::vector<UsedBuf> reap(ring::SplitDriverQueue& q) {
+        std::vector<UsedBuf> out;
+        UsedBuf u;
+        while (q.get_used(u)) out.push_back(u);
+        return out;
+    }
+
+    // ---- raw ring fields (what the driver queue cannot express) -------------
+
+    uint16_t read16(GuestAddr gpa) const {
+        uint16_t v = 0;
+        std::memcpy(&v, host(gpa), sizeof v);
+        return virtio::le_to_host(v);
+    }
+    void write16(GuestAddr gpa, uint16_t v) const {
+        const uint16_t le = virtio::host_to_le(v);
+        std::memcpy(host(gpa), &le, sizeof le);
+    }
+    uint16_t used_flags(const SplitRingAddrs& a) const {
+        return read16(a.used + Layout::used_flags_off());
+    }
+    uint16_t used_idx(const SplitRingAddrs& a) const {
+        return read16(a.used + Layout::used_idx_off());
+    }
+    uint16_t avail_event(const SplitRingAddrs& a) const {
+        return read16(a.used + Layout::avail_event_off(a.size));
+    }
+    void set_avail_slot(const SplitRingAddrs& a, uint16_t slot, uint16_t head) const {
+        write16(a.avail + Layout::avail_ring_off(slot), head);
+    }
+    void set_avail_idx(const SplitRingAddrs& a, uint16_t idx) const {
+        write16(a.avail + Layout::avail_idx_off(), idx);
+    }
+    void write_desc(const SplitRingAddrs& a, uint16_t i, uint64_t gpa, uint32_t len, uint16_t flags,
+                    uint16_t next) const {
+        virtio::virtq_desc d{};
+        d.addr.set(gpa);
+        d.len.set(len);
+        d.flags.set(flags);
+        d.next.set(next);
+        std::memcpy(host(a.desc + 16u * uint64_t{i}), &d, sizeof d);
+    }
+
+    FakePort port;
+
+private:
+    Options opt_;
+    std::optional<mem::MemoryRegion> region_;
+    mem::MemoryTable table_;
+    SplitRingAddrs rx_addrs_, tx_addrs_;
+    std::unique_ptr<ring::SplitDriverQueue> rxd_, txd_;
+    std::optional<notify::EventFd> rx_kick_, tx_kick_, rx_call_, tx_call_;
+    std::unique_ptr<Dev> dev_;
+};
+
+using Dev = Harness::Dev;
+
+/// Runs handle_tx once; returns the packets that reached the port.
+inline uint64_t run_tx(Harness& h) {
+    const std::size_t before = h.port.sent_lens.size();
+    h.dev().handle_tx();
+    return h.port.sent_lens.size() - before;
+}
+
+/// Runs handle_rx once; returns the rx chains it consumed.
+inline uint64_t run_rx(Harness& h) {
+    const uint64_t before = h.stats().rx_pkts.get();
+    h.dev().handle_rx();
+    return h.stats().rx_pkts.get() - before;
+}
+
+}  // namespace pvnet::backend::harness
