@@ -252,6 +252,12 @@ void VhostNet<Port>::worker() noexcept {
         // FIFO as vhost's work list: a requeued handler runs after the other.
         if (work & kTxWork) handle_tx();
         if (work & kRxWork) handle_rx();
+        // The port became readable meanwhile (a server answered what tx just
+        // sent): queue rx while the guest has buffers for it, as the socket's
+        // wakeup queues handle_rx in vhost. Without buffers, the refill kick does.
+        if (!(pending_ & kRxWork) && port_.rx_pending() && rx_->pending() != 0) {
+            pending_ |= kRxWork;
+        }
     }
 }
 
