@@ -9,5 +9,7 @@ namespace pvnet::app {
 void add_bench_pvp(CLI::App& bench);
 /// `pvnet bench fairness`.
 void add_bench_fairness(CLI::App& bench);
+/// `pvnet bench stream` and `pvnet bench rr`.
+void add_bench_stream_rr(CLI::App& bench);
 
 }  // namespace pvnet::app

@@ -38,6 +38,7 @@ int run(int argc, char** argv) {
     bench->require_subcommand(1);
     add_bench_pvp(*bench);
     add_bench_fairness(*bench);
+    add_bench_stream_rr(*bench);
 
     try {
         app.parse(argc, argv);

@@ -1,0 +1,63 @@
+// The stream and request/response experiments of seed 000 (virtio-net tx
+// napi): N flows of the guest send to a server behind the backend.
+// Stream: each flow sends 64 KiB messages cut into 1514-byte frames as fast
+// as its send credit allows; the server answers every second frame with a
+// 64-byte ACK (the return path whose rx interrupts at-rx cleaning rides on).
+// RR: each flow keeps one 64-byte request outstanding (closed loop) or sends
+// at a fixed total rate (light load); the server answers each one.
+// Variants: the seed's five columns.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace pvnet::bench {
+
+enum class Workload : uint8_t { Stream, Rr };
+
+enum class TxVariant : uint8_t {
+    Upstream,          ///< free-on-xmit, skbs orphaned
+    Napi,              ///< tx napi, credit on completion
+    NapiCoalesce,      ///< + backend coalescing 64 frames / 64 us
+    NapiAtRx,          ///< + tx cleaning from rx napi
+    NapiCoalesceAtRx,  ///< + both
+};
+
+const char* to_string(TxVariant v) noexcept;
+
+struct StreamRrConfig {
+    Workload workload = Workload::Stream;
+    TxVariant variant = TxVariant::Napi;
+    uint16_t flows = 1;
+    uint32_t rr_rate = 0;          ///< RR: total requests/s; 0 = closed loop
+    uint32_t sndbuf_bytes = 131072;
+    uint32_t coalesce_frames = 64;
+    uint32_t coalesce_usecs = 64;
+    uint16_t queue_size = 256;
+    double warmup_s = 0.2;
+    double seconds = 1.0;
+    int backend_cpu = 0;
+    int frontend_cpu = 1;
+};
+
+struct StreamRrResult {
+    bool ok = false;
+    std::string error;
+    double window_s = 0;
+    double gbps = 0;             ///< stream: frame bytes the server received, Gbit/s
+    double trans_per_s = 0;      ///< RR: responses received per second
+    double pkts_per_s = 0;       ///< frames the guest sent per second
+    double p50_us = 0, p99_us = 0;  ///< RR: request → response; stream: 0
+    double cycles_per_pkt = 0;   ///< both threads: CPU time × rdtsc rate / frames sent
+    double bytes_per_pkt = 0;    ///< guest tx bytes / frames
+    double interrupts_per_s = 0; ///< backend calls written (rx + tx)
+    double kicks_per_s = 0;      ///< guest kicks written (rx + tx)
+    double tx_interrupts_per_s = 0;
+    double coalesce_timer_fires_per_s = 0;
+    uint64_t sndbuf_stalls = 0;
+    double sndbuf_stall_ms = 0;
+};
+
+StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept;
+
+}  // namespace pvnet::bench

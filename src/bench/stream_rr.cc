@@ -1,0 +1,269 @@
+// One stream or RR run: a guest thread with N Flows over one queue pair, a
+// VhostNet worker with an EchoPort server.
+#include "pvnet/bench/stream_rr.h"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "pvnet/bench/pvp.h"
+#include "pvnet/frontend/flow.h"
+#include "pvnet/port/echo_port.h"
+#include "pvnet/util/thread.h"
+#include "testbed.h"
+
+namespace pvnet::bench {
+namespace {
+
+constexpr uint32_t kHdr = port::EchoPort::kHdrBytes;
+constexpr uint32_t kStreamFrame = 1514;  // MTU 1500 + Ethernet
+constexpr uint32_t kRrFrame = 64;        // a 1-byte request or response, padded
+constexpr uint32_t kMessageBytes = 65536;
+
+double percentile(std::vector<uint64_t>& v, double p) {
+    if (v.empty()) return 0;
+    const auto k = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1));
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+    return static_cast<double>(v[k]);
+}
+
+uint16_t frame_flow(const std::byte* frame) noexcept {
+    return static_cast<uint16_t>(
+        ((std::to_integer<unsigned>(frame[34]) << 8) | std::to_integer<unsigned>(frame[35])) -
+        port::kUdpSrcPortBase);
+}
+
+}  // namespace
+
+const char* to_string(TxVariant v) noexcept {
+    switch (v) {
+        case TxVariant::Upstream: return "upstream";
+        case TxVariant::Napi: return "napi";
+        case TxVariant::NapiCoalesce: return "napi+coalesce";
+        case TxVariant::NapiAtRx: return "napi+at-rx";
+        case TxVariant::NapiCoalesceAtRx: return "napi+both";
+    }
+    return "?";
+}
+
+StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
+    StreamRrResult res;
+    const bool stream = cfg.workload == Workload::Stream;
+    const bool napi = cfg.variant != TxVariant::Upstream;
+    const bool coalesce =
+        cfg.variant == TxVariant::NapiCoalesce || cfg.variant == TxVariant::NapiCoalesceAtRx;
+    const bool at_rx =
+        cfg.variant == TxVariant::NapiAtRx || cfg.variant == TxVariant::NapiCoalesceAtRx;
+    if (cfg.flows == 0) {
+        res.error = "no flows";
+        return res;
+    }
+
+    frontend::VirtioNetConfig fc;
+    fc.rx_size = fc.tx_size = cfg.queue_size;
+    fc.tx_mode = napi ? frontend::TxMode::Napi : frontend::TxMode::FreeOnXmit;
+    fc.clean_tx_at_rx = at_rx;
+    Testbed tb;
+    if (auto err = tb.setup(fc)) {
+        res.error = *err;
+        return res;
+    }
+    auto server = port::EchoPort::create(kRrFrame, cfg.flows, stream ? 2 : 1);
+    if (!server) {
+        res.error = "server port";
+        return res;
+    }
+    port::EchoPort& srv = **server;
+    backend::VhostNetConfig bc = tb.backend_config(true);
+    if (coalesce) {
+        bc.rx_coalesce = bc.tx_coalesce = notify::CoalesceParams{cfg.coalesce_frames,
+                                                                  cfg.coalesce_usecs};
+    }
+    auto be = backend::VhostNet<port::EchoPort>::create(tb.backend_table, bc, tb.backend_fds(), srv);
+    if (!be) {
+        res.error = "backend setup";
+        return res;
+    }
+    backend::VhostNet<port::EchoPort>& dev = **be;
+    frontend::QueuePair& guest = tb.qp();
+
+    // Per flow: credit, a frame generator, and (RR) the send time of the
+    // outstanding request.
+    const auto release = napi ? frontend::SndbufRelease::OnCompletion
+                              : frontend::SndbufRelease::Orphan;
+    std::vector<std::unique_ptr<frontend::Flow>> flows;
+    std::vector<std::unique_ptr<port::FrameGen>> gens;
+    for (uint16_t f = 0; f < cfg.flows; ++f) {
+        auto fmt = port::FrameFormat::create(stream ? kStreamFrame : kRrFrame, f);
+        if (!fmt) {
+            res.error = "frame format";
+            return res;
+        }
+        flows.push_back(std::make_unique<frontend::Flow>(cfg.sndbuf_bytes, release));
+        gens.push_back(std::make_unique<port::FrameGen>(*fmt));
+    }
+    std::vector<uint64_t> seq(cfg.flows, 0), sent_at(cfg.flows, 0);
+    std::vector<uint8_t> outstanding(cfg.flows, 0);
+    const double total_s = cfg.warmup_s + cfg.seconds + 1.0;
+    std::vector<uint64_t> rtt_ns;  // guest-owned; read after join
+    std::vector<uint64_t> rtt_at;  // when each sample completed
+    if (!stream) {
+        rtt_ns.reserve(static_cast<std::size_t>(2'000'000 * total_s));
+        rtt_at.reserve(rtt_ns.capacity());
+    }
+    std::atomic<uint64_t> responses{0}, frames_sent{0};
+    std::atomic<bool> stop{false};
+    const uint64_t rr_interval = cfg.rr_rate ? 1'000'000'000u / cfg.rr_rate : 0;
+
+    std::thread guest_thread([&] {
+        pin_current_thread(cfg.frontend_cpu);
+        guest.try_fill_recv();
+        uint64_t next_req = now_ns();
+        uint16_t rr_next_flow = 0;
+        const uint32_t len = (stream ? kStreamFrame : kRrFrame) + kHdr;
+        while (!stop.load(std::memory_order_relaxed)) {
+            // Rx NAPI: ACKs and responses (and, with at-rx, tx completions).
+            uint64_t got = 0;
+            const uint32_t n = guest.poll_rx(frontend::kNapiBudget,
+                                             [&](uint32_t, std::byte* p, uint32_t l) {
+                if (!stream && l >= kHdr + port::kSeqOffset + 8) {
+                    const uint16_t f = frame_flow(p + kHdr);
+                    if (f < cfg.flows && outstanding[f]) {
+                        outstanding[f] = 0;
+                        const uint64_t t = now_ns();
+                        if (rtt_ns.size() < rtt_ns.capacity()) {
+                            rtt_ns.push_back(t - sent_at[f]);
+                            rtt_at.push_back(t);
+                        }
+                        ++got;
+                    }
+                }
+                return false;  // consumed: buffer back to the pool
+            });
+            if (n != 0) guest.try_fill_recv();
+            if (got) responses.fetch_add(got, std::memory_order_relaxed);
+            guest.tx_interrupt();  // tx NAPI (or skb_xmit_done) if the tx call fired
+
+            // Transmit.
+            uint32_t queued = 0;
+            auto send_one = [&](uint16_t f) -> bool {
+                if (!flows[f]->can_send(len)) return false;
+                uint32_t id;
+                if (!guest.alloc_buf(id)) return false;
+                std::byte* p = guest.buf_host(id);
+                std::memset(p, 0, kHdr);
+                gens[f]->write_frame(seq[f]++, p + kHdr, guest.buf_bytes() - kHdr);
+                const uint64_t t = now_ns();
+                if (guest.xmit(*flows[f], id, len) != frontend::XmitStatus::Ok) {
+                    guest.free_buf(id);
+                    --seq[f];
+                    return false;
+                }
+                sent_at[f] = t;
+                ++queued;
+                return true;
+            };
+            if (stream) {
+                // Round robin, one message's worth of frames per flow per turn.
+                const uint32_t per_turn = (kMessageBytes + kStreamFrame - 1) / kStreamFrame;
+                for (uint16_t f = 0; f < cfg.flows; ++f) {
+                    for (uint32_t k = 0; k < per_turn && send_one(f); ++k) {
+                    }
+                }
+            } else if (rr_interval == 0) {
+                for (uint16_t f = 0; f < cfg.flows; ++f) {
+                    if (!outstanding[f] && send_one(f)) outstanding[f] = 1;
+                }
+            } else {
+                for (uint64_t t = now_ns(); t >= next_req; next_req += rr_interval) {
+                    const uint16_t f = rr_next_flow;
+                    rr_next_flow = static_cast<uint16_t>((rr_next_flow + 1) % cfg.flows);
+                    if (!outstanding[f] && send_one(f)) outstanding[f] = 1;
+                }
+            }
+            if (queued) {
+                guest.tx_flush();
+                frames_sent.fetch_add(queued, std::memory_order_relaxed);
+            }
+            if (n == 0 && queued == 0 && guest.napi_complete()) {
+                // Idle: sleep on either interrupt, bounded (and until the
+                // next paced request).
+                pollfd p[2] = {{tb.rx_call->fd(), POLLIN, 0}, {tb.tx_call->fd(), POLLIN, 0}};
+                int timeout_ms = 10;
+                if (rr_interval) {
+                    const uint64_t t = now_ns();
+                    timeout_ms = next_req > t ? static_cast<int>((next_req - t) / 1'000'000) : 0;
+                }
+                if (poll(p, 2, timeout_ms) > 0 && (p[0].revents & POLLIN)) {
+                    tb.rx_call->consume();
+                }
+            }
+        }
+    });
+
+    auto cpu_ns = [&] {
+        return thread_cpu_ns(dev.native_handle()) + thread_cpu_ns(guest_thread.native_handle());
+    };
+    struct Snap {
+        uint64_t t, cpu, sent, resp, bytes_rx, tx_bytes, irqs, kicks, tx_irqs, timers;
+    };
+    auto snap = [&]() -> Snap {
+        const auto& bs = dev.stats();
+        const auto& fs = guest.stats();
+        return Snap{now_ns(),
+                    cpu_ns(),
+                    frames_sent.load(std::memory_order_relaxed),
+                    responses.load(std::memory_order_relaxed),
+                    bs.tx_bytes.get(),
+                    fs.tx_bytes.get(),
+                    bs.rx_calls.get() + bs.tx_calls.get(),
+                    fs.rx_kicks.get() + fs.tx_kicks.get(),
+                    fs.tx_interrupts.get(),
+                    bs.rx_coalesce_timer_fires.get() + bs.tx_coalesce_timer_fires.get()};
+    };
+    dev.start(cfg.backend_cpu);
+    sleep_s(cfg.warmup_s);
+    const Snap a = snap();
+    sleep_s(cfg.seconds);
+    const Snap b = snap();
+    stop.store(true, std::memory_order_relaxed);
+    tb.rx_call->signal();
+    guest_thread.join();
+    dev.stop();
+
+    res.window_s = static_cast<double>(b.t - a.t) / 1e9;
+    const double pkts = static_cast<double>(b.sent - a.sent);
+    res.pkts_per_s = pkts / res.window_s;
+    res.gbps = static_cast<double>(b.bytes_rx - a.bytes_rx) * 8 / res.window_s / 1e9;
+    res.trans_per_s = static_cast<double>(b.resp - a.resp) / res.window_s;
+    if (pkts > 0) {
+        res.cycles_per_pkt = static_cast<double>(b.cpu - a.cpu) * tsc_per_ns() / pkts;
+        res.bytes_per_pkt = static_cast<double>(b.tx_bytes - a.tx_bytes) / pkts;
+    }
+    res.interrupts_per_s = static_cast<double>(b.irqs - a.irqs) / res.window_s;
+    res.kicks_per_s = static_cast<double>(b.kicks - a.kicks) / res.window_s;
+    res.tx_interrupts_per_s = static_cast<double>(b.tx_irqs - a.tx_irqs) / res.window_s;
+    res.coalesce_timer_fires_per_s = static_cast<double>(b.timers - a.timers) / res.window_s;
+    std::vector<uint64_t> w;
+    for (std::size_t i = 0; i < rtt_ns.size(); ++i) {
+        if (rtt_at[i] >= a.t && rtt_at[i] < b.t) w.push_back(rtt_ns[i]);
+    }
+    res.p50_us = percentile(w, 0.50) / 1e3;
+    res.p99_us = percentile(w, 0.99) / 1e3;
+    for (const auto& f : flows) {
+        res.sndbuf_stalls += f->stats().sndbuf_stalls.get();
+        res.sndbuf_stall_ms += static_cast<double>(f->stats().sndbuf_stall_ns.get()) / 1e6;
+    }
+    const bool broken = tb.any_broken(dev.rx_queue(), dev.tx_queue());
+    res.ok = !broken && pkts > 0;
+    if (broken) res.error = "a queue broke";
+    else if (!res.ok) res.error = "nothing was sent";
+    return res;
+}
+
+}  // namespace pvnet::bench
