@@ -256,14 +256,14 @@ TEST(BusyPoll, FindsAChainPublishedWithoutAKick) {
     EXPECT_EQ(s.tx_kicks.get(), 0u);
 
     // Guest rx buffers refilled without a kick while the port has frames:
-    // once the tx run is accounted the worker only spins (rx was not part
-    // of that hit), and the spin finds the refill too.
+    // the spin finds the refill too (or, if it lands just as the tx round
+    // ends, the round's own check of the port and the rx ring does).
     const uint64_t hits = s.busy_poll_hits.get();
     EXPECT_EQ(s.rx_pkts.get(), 0u);
     EXPECT_EQ(s.rx_ring_empty.get(), 1u) << "the initial rx run found no buffers";
     h.add_rx_burst(0, 4);
     ASSERT_TRUE(wait_until([&] { return s.rx_pkts.get() == 4; }));
-    EXPECT_EQ(s.busy_poll_hits.get(), hits + 1);
+    EXPECT_LE(s.busy_poll_hits.get(), hits + 1);
     EXPECT_EQ(s.rx_kicks.get(), 0u);
     EXPECT_EQ(s.tx_kicks.get(), 0u);
 }
