@@ -40,8 +40,8 @@ void add_one(CLI::App& bench, bench::Workload workload) {
     cmd->add_option("--flows", o->flows, "flow counts")->delimiter(',');
     if (!stream) cmd->add_option("--rr-rate", o->rr_rate, "total requests/s (0: closed loop)");
     cmd->add_option("--sndbuf", o->sndbuf, "send buffer per flow, bytes");
-    cmd->add_option("--coalesce-frames", o->co_frames, "rx-frames/tx-frames of the +coalesce variants");
-    cmd->add_option("--coalesce-usecs", o->co_usecs, "rx-usecs/tx-usecs of the +coalesce variants");
+    cmd->add_option("--coalesce-frames", o->co_frames, "tx-frames of the +coalesce variants (tx queue only, as the seed)");
+    cmd->add_option("--coalesce-usecs", o->co_usecs, "tx-usecs of the +coalesce variants");
     cmd->add_option("--repeat", o->repeat, "rounds")->check(CLI::Range(1, 1000));
     cmd->add_option("--seconds", o->seconds, "measured seconds per run")->check(CLI::Range(0.05, 600.0));
     cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of the vhost worker (-1: any)");

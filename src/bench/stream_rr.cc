@@ -80,10 +80,9 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
     }
     port::EchoPort& srv = **server;
     backend::VhostNetConfig bc = tb.backend_config(true);
-    if (coalesce) {
-        bc.rx_coalesce = bc.tx_coalesce = notify::CoalesceParams{cfg.coalesce_frames,
-                                                                  cfg.coalesce_usecs};
-    }
+    // As in the seed's patch: coalescing on the tx queue's completions only
+    // (vqs[VHOST_NET_VQ_TX]->max_coalesce_*); rx interrupts stay immediate.
+    if (coalesce) bc.tx_coalesce = notify::CoalesceParams{cfg.coalesce_frames, cfg.coalesce_usecs};
     auto be = backend::VhostNet<port::EchoPort>::create(tb.backend_table, bc, tb.backend_fds(), srv);
     if (!be) {
         res.error = "backend setup";

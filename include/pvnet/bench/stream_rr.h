@@ -18,7 +18,7 @@ enum class Workload : uint8_t { Stream, Rr };
 enum class TxVariant : uint8_t {
     Upstream,          ///< free-on-xmit, skbs orphaned
     Napi,              ///< tx napi, credit on completion
-    NapiCoalesce,      ///< + backend coalescing 64 frames / 64 us
+    NapiCoalesce,      ///< + backend tx coalescing 64 frames / 64 us (the seed's vhost patch)
     NapiAtRx,          ///< + tx cleaning from rx napi
     NapiCoalesceAtRx,  ///< + both
 };
