@@ -25,7 +25,8 @@ void add_one(CLI::App& bench, bench::Workload workload) {
         std::vector<uint16_t> flows{1, 10, 100};
         uint32_t rr_rate = 0;
         uint32_t sndbuf = 131072;
-        uint32_t co_frames = 64, co_usecs = 64;
+        uint32_t tx_frames = 64, tx_usecs = 64, rx_frames = 0, rx_usecs = 0;
+        uint32_t busyloop = 0, busy_poll = 0;
         int repeat = 5;
         double seconds = 1.0;
         int backend_cpu = 0, frontend_cpu = 1;
@@ -40,8 +41,13 @@ void add_one(CLI::App& bench, bench::Workload workload) {
     cmd->add_option("--flows", o->flows, "flow counts")->delimiter(',');
     if (!stream) cmd->add_option("--rr-rate", o->rr_rate, "total requests/s (0: closed loop)");
     cmd->add_option("--sndbuf", o->sndbuf, "send buffer per flow, bytes");
-    cmd->add_option("--coalesce-frames", o->co_frames, "tx-frames of the +coalesce variants (tx queue only, as the seed)");
-    cmd->add_option("--coalesce-usecs", o->co_usecs, "tx-usecs of the +coalesce variants");
+    // ethtool -C's names; they configure the +coalesce variants.
+    cmd->add_option("--tx-frames", o->tx_frames, "+coalesce: tx completions per interrupt (seed: 64)");
+    cmd->add_option("--tx-usecs", o->tx_usecs, "+coalesce: tx interrupt delay, us (seed: 64)");
+    cmd->add_option("--rx-frames", o->rx_frames, "+coalesce: rx packets per interrupt (0: off)");
+    cmd->add_option("--rx-usecs", o->rx_usecs, "+coalesce: rx interrupt delay, us (0: off)");
+    cmd->add_option("--busyloop-usecs", o->busyloop, "backend spins this long before sleeping");
+    cmd->add_option("--busy-poll-usecs", o->busy_poll, "guest spins on rx this long before sleeping");
     cmd->add_option("--repeat", o->repeat, "rounds")->check(CLI::Range(1, 1000));
     cmd->add_option("--seconds", o->seconds, "measured seconds per run")->check(CLI::Range(0.05, 600.0));
     cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of the vhost worker (-1: any)");
@@ -65,8 +71,12 @@ void add_one(CLI::App& bench, bench::Workload workload) {
                     cfg.flows = o->flows[fi];
                     cfg.rr_rate = o->rr_rate;
                     cfg.sndbuf_bytes = o->sndbuf;
-                    cfg.coalesce_frames = o->co_frames;
-                    cfg.coalesce_usecs = o->co_usecs;
+                    cfg.tx_frames = o->tx_frames;
+                    cfg.tx_usecs = o->tx_usecs;
+                    cfg.rx_frames = o->rx_frames;
+                    cfg.rx_usecs = o->rx_usecs;
+                    cfg.busyloop_usecs = o->busyloop;
+                    cfg.busy_poll_usecs = o->busy_poll;
                     cfg.seconds = o->seconds;
                     cfg.backend_cpu = o->backend_cpu;
                     cfg.frontend_cpu = o->frontend_cpu;
@@ -109,6 +119,7 @@ void add_one(CLI::App& bench, bench::Workload workload) {
             row("tx interrupts/s", [](const R& x) { return x.tx_interrupts_per_s; }, " %14.0f");
             row("timer fires/s", [](const R& x) { return x.coalesce_timer_fires_per_s; }, " %14.0f");
             row("kicks/s", [](const R& x) { return x.kicks_per_s; }, " %14.0f");
+            row("busy-poll hits/s", [](const R& x) { return x.busy_poll_hits_per_s; }, " %14.0f");
             row("sndbuf stalls", [](const R& x) { return static_cast<double>(x.sndbuf_stalls); }, " %14.0f");
         }
         if (!o->json.empty()) {
@@ -132,6 +143,7 @@ void add_one(CLI::App& bench, bench::Workload workload) {
                                               {"tx_interrupts_per_s", x.tx_interrupts_per_s},
                                               {"coalesce_timer_fires_per_s", x.coalesce_timer_fires_per_s},
                                               {"kicks_per_s", x.kicks_per_s},
+                                              {"busy_poll_hits_per_s", x.busy_poll_hits_per_s},
                                               {"sndbuf_stalls", x.sndbuf_stalls},
                                               {"sndbuf_stall_ms", x.sndbuf_stall_ms}});
                     }

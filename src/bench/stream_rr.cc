@@ -68,6 +68,7 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
     fc.rx_size = fc.tx_size = cfg.queue_size;
     fc.tx_mode = napi ? frontend::TxMode::Napi : frontend::TxMode::FreeOnXmit;
     fc.clean_tx_at_rx = at_rx;
+    fc.busy_poll_usecs = cfg.busy_poll_usecs;
     Testbed tb;
     if (auto err = tb.setup(fc)) {
         res.error = *err;
@@ -82,7 +83,11 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
     backend::VhostNetConfig bc = tb.backend_config(true);
     // As in the seed's patch: coalescing on the tx queue's completions only
     // (vqs[VHOST_NET_VQ_TX]->max_coalesce_*); rx interrupts stay immediate.
-    if (coalesce) bc.tx_coalesce = notify::CoalesceParams{cfg.coalesce_frames, cfg.coalesce_usecs};
+    if (coalesce) {
+        bc.tx_coalesce = notify::CoalesceParams{cfg.tx_frames, cfg.tx_usecs};
+        bc.rx_coalesce = notify::CoalesceParams{cfg.rx_frames, cfg.rx_usecs};
+    }
+    bc.busyloop_usecs = cfg.busyloop_usecs;
     auto be = backend::VhostNet<port::EchoPort>::create(tb.backend_table, bc, tb.backend_fds(), srv);
     if (!be) {
         res.error = "backend setup";
@@ -128,8 +133,8 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
         while (!stop.load(std::memory_order_relaxed)) {
             // Rx NAPI: ACKs and responses (and, with at-rx, tx completions).
             uint64_t got = 0;
-            const uint32_t n = guest.poll_rx(frontend::kNapiBudget,
-                                             [&](uint32_t, std::byte* p, uint32_t l) {
+            const uint32_t n = guest.busy_poll_rx(frontend::kNapiBudget,
+                                                  [&](uint32_t, std::byte* p, uint32_t l) {
                 if (!stream && l >= kHdr + port::kSeqOffset + 8) {
                     const uint16_t f = frame_flow(p + kHdr);
                     if (f < cfg.flows && outstanding[f]) {
@@ -209,7 +214,7 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
         return thread_cpu_ns(dev.native_handle()) + thread_cpu_ns(guest_thread.native_handle());
     };
     struct Snap {
-        uint64_t t, cpu, sent, resp, bytes_rx, tx_bytes, irqs, kicks, tx_irqs, timers;
+        uint64_t t, cpu, sent, resp, bytes_rx, tx_bytes, irqs, kicks, tx_irqs, timers, busy;
     };
     auto snap = [&]() -> Snap {
         const auto& bs = dev.stats();
@@ -223,7 +228,8 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
                     bs.rx_calls.get() + bs.tx_calls.get(),
                     fs.rx_kicks.get() + fs.tx_kicks.get(),
                     fs.tx_interrupts.get(),
-                    bs.rx_coalesce_timer_fires.get() + bs.tx_coalesce_timer_fires.get()};
+                    bs.rx_coalesce_timer_fires.get() + bs.tx_coalesce_timer_fires.get(),
+                    bs.busy_poll_hits.get() + fs.busy_poll_hits.get()};
     };
     dev.start(cfg.backend_cpu);
     sleep_s(cfg.warmup_s);
@@ -248,6 +254,7 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
     res.kicks_per_s = static_cast<double>(b.kicks - a.kicks) / res.window_s;
     res.tx_interrupts_per_s = static_cast<double>(b.tx_irqs - a.tx_irqs) / res.window_s;
     res.coalesce_timer_fires_per_s = static_cast<double>(b.timers - a.timers) / res.window_s;
+    res.busy_poll_hits_per_s = static_cast<double>(b.busy - a.busy) / res.window_s;
     std::vector<uint64_t> w;
     for (std::size_t i = 0; i < rtt_ns.size(); ++i) {
         if (rtt_at[i] >= a.t && rtt_at[i] < b.t) w.push_back(rtt_ns[i]);

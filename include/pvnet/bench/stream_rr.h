@@ -31,8 +31,13 @@ struct StreamRrConfig {
     uint16_t flows = 1;
     uint32_t rr_rate = 0;          ///< RR: total requests/s; 0 = closed loop
     uint32_t sndbuf_bytes = 131072;
-    uint32_t coalesce_frames = 64;
-    uint32_t coalesce_usecs = 64;
+    /// The +coalesce variants' limits, in ethtool -C's words: tx-* on the tx
+    /// queue's completions (the seed's setting), rx-* on received packets
+    /// (0/0: off).
+    uint32_t tx_frames = 64, tx_usecs = 64;
+    uint32_t rx_frames = 0, rx_usecs = 0;
+    uint32_t busyloop_usecs = 0;   ///< backend (vhost busyloop_timeout)
+    uint32_t busy_poll_usecs = 0;  ///< guest (net.core.busy_poll)
     uint16_t queue_size = 256;
     double warmup_s = 0.2;
     double seconds = 1.0;
@@ -54,6 +59,7 @@ struct StreamRrResult {
     double kicks_per_s = 0;      ///< guest kicks written (rx + tx)
     double tx_interrupts_per_s = 0;
     double coalesce_timer_fires_per_s = 0;
+    double busy_poll_hits_per_s = 0;  ///< backend + guest spins that found work
     uint64_t sndbuf_stalls = 0;
     double sndbuf_stall_ms = 0;
 };
