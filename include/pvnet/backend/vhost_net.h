@@ -76,13 +76,7 @@ struct VhostNetConfig {
     uint32_t busyloop_usecs = 0;
 };
 
-/// The doorbells of one queue pair, owned by whoever wires the two sides.
-struct VhostNetFds {
-    const notify::EventFd* rx_kick = nullptr;
-    const notify::EventFd* tx_kick = nullptr;
-    const notify::EventFd* rx_call = nullptr;
-    const notify::EventFd* tx_call = nullptr;
-};
+using VhostNetFds = notify::QueuePairFds;
 
 struct VhostNetStats {
     Counter tx_pkts, tx_bytes, rx_pkts, rx_bytes;

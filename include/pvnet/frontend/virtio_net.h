@@ -71,12 +71,7 @@ struct VirtioNetConfig {
     uint16_t tx_wake_descs = 0;
 };
 
-struct VirtioNetFds {
-    const notify::EventFd* rx_kick = nullptr;
-    const notify::EventFd* tx_kick = nullptr;
-    const notify::EventFd* rx_call = nullptr;
-    const notify::EventFd* tx_call = nullptr;
-};
+using VirtioNetFds = notify::QueuePairFds;
 
 struct VirtioNetStats {
     Counter rx_pkts, rx_bytes, tx_pkts, tx_bytes;

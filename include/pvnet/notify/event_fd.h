@@ -38,4 +38,13 @@ private:
     int fd_ = -1;
 };
 
+/// The four doorbells of one queue pair, owned by whoever wires the two
+/// sides: kicks go driver → device, calls device → driver.
+struct QueuePairFds {
+    const EventFd* rx_kick = nullptr;
+    const EventFd* tx_kick = nullptr;
+    const EventFd* rx_call = nullptr;
+    const EventFd* tx_call = nullptr;
+};
+
 }  // namespace pvnet::notify
