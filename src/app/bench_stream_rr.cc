@@ -11,6 +11,7 @@
 
 #include "app_commands.h"
 #include "bench_common.h"
+#include "pvnet/backend/vhost_net.h"
 #include "pvnet/bench/stream_rr.h"
 
 namespace pvnet::app {
@@ -27,6 +28,8 @@ void add_one(CLI::App& bench, bench::Workload workload) {
         uint32_t sndbuf = 131072;
         uint32_t tx_frames = 64, tx_usecs = 64, rx_frames = 0, rx_usecs = 0;
         uint32_t busyloop = 0, busy_poll = 0;
+        uint32_t tx_weight = backend::kPktWeight;
+        uint32_t server_ns = 0;
         int repeat = 5;
         double seconds = 1.0;
         int backend_cpu = 0, frontend_cpu = 1;
@@ -48,6 +51,10 @@ void add_one(CLI::App& bench, bench::Workload workload) {
     cmd->add_option("--rx-usecs", o->rx_usecs, "+coalesce: rx interrupt delay, us (0: off)");
     cmd->add_option("--busyloop-usecs", o->busyloop, "backend spins this long before sleeping");
     cmd->add_option("--busy-poll-usecs", o->busy_poll, "guest spins on rx this long before sleeping");
+    cmd->add_option("--tx-weight", o->tx_weight,
+                    "backend tx packet weight: packets completed before rx (ACKs) is served");
+    cmd->add_option("--server-ns", o->server_ns,
+                    "server work per received frame, ns (a host stack's receive cost)");
     cmd->add_option("--repeat", o->repeat, "rounds")->check(CLI::Range(1, 1000));
     cmd->add_option("--seconds", o->seconds, "measured seconds per run")->check(CLI::Range(0.05, 600.0));
     cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of the vhost worker (-1: any)");
@@ -77,6 +84,8 @@ void add_one(CLI::App& bench, bench::Workload workload) {
                     cfg.rx_usecs = o->rx_usecs;
                     cfg.busyloop_usecs = o->busyloop;
                     cfg.busy_poll_usecs = o->busy_poll;
+                    cfg.tx_weight_pkts = o->tx_weight;
+                    cfg.server_ns = o->server_ns;
                     cfg.seconds = o->seconds;
                     cfg.backend_cpu = o->backend_cpu;
                     cfg.frontend_cpu = o->frontend_cpu;
@@ -117,6 +126,7 @@ void add_one(CLI::App& bench, bench::Workload workload) {
             row("bytes/pkt", [](const R& x) { return x.bytes_per_pkt; }, " %14.0f");
             row("interrupts/s", [](const R& x) { return x.interrupts_per_s; }, " %14.0f");
             row("tx interrupts/s", [](const R& x) { return x.tx_interrupts_per_s; }, " %14.0f");
+            row("tx reaped at rx %", [](const R& x) { return 100 * x.tx_reaped_at_rx; }, " %14.1f");
             row("timer fires/s", [](const R& x) { return x.coalesce_timer_fires_per_s; }, " %14.0f");
             row("kicks/s", [](const R& x) { return x.kicks_per_s; }, " %14.0f");
             row("busy-poll hits/s", [](const R& x) { return x.busy_poll_hits_per_s; }, " %14.0f");
@@ -127,6 +137,8 @@ void add_one(CLI::App& bench, bench::Workload workload) {
             j["experiment"] = stream ? "stream" : "rr";
             j["rr_rate"] = o->rr_rate;
             j["repeat"] = o->repeat;
+            j["tx_weight_pkts"] = o->tx_weight;
+            j["server_ns"] = o->server_ns;
             j["cycles_source"] = "thread CPU time (CLOCK_THREAD_CPUTIME_ID) x rdtsc rate";
             for (std::size_t fi = 0; fi < o->flows.size(); ++fi) {
                 for (std::size_t vi = 0; vi < std::size(kVariants); ++vi) {
@@ -141,6 +153,7 @@ void add_one(CLI::App& bench, bench::Workload workload) {
                                               {"bytes_per_pkt", x.bytes_per_pkt},
                                               {"interrupts_per_s", x.interrupts_per_s},
                                               {"tx_interrupts_per_s", x.tx_interrupts_per_s},
+                                              {"tx_reaped_at_rx", x.tx_reaped_at_rx},
                                               {"coalesce_timer_fires_per_s", x.coalesce_timer_fires_per_s},
                                               {"kicks_per_s", x.kicks_per_s},
                                               {"busy_poll_hits_per_s", x.busy_poll_hits_per_s},

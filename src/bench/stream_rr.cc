@@ -80,6 +80,7 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
         return res;
     }
     port::EchoPort& srv = **server;
+    srv.set_work_ns(cfg.server_ns);
     backend::VhostNetConfig bc = tb.backend_config(true);
     // As in the seed's patch: coalescing on the tx queue's completions only
     // (vqs[VHOST_NET_VQ_TX]->max_coalesce_*); rx interrupts stay immediate.
@@ -88,6 +89,7 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
         bc.rx_coalesce = notify::CoalesceParams{cfg.rx_frames, cfg.rx_usecs};
     }
     bc.busyloop_usecs = cfg.busyloop_usecs;
+    bc.tx_weight.pkts = cfg.tx_weight_pkts;
     auto be = backend::VhostNet<port::EchoPort>::create(tb.backend_table, bc, tb.backend_fds(), srv);
     if (!be) {
         res.error = "backend setup";
@@ -214,7 +216,8 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
         return thread_cpu_ns(dev.native_handle()) + thread_cpu_ns(guest_thread.native_handle());
     };
     struct Snap {
-        uint64_t t, cpu, sent, resp, bytes_rx, tx_bytes, irqs, kicks, tx_irqs, timers, busy;
+        uint64_t t, cpu, sent, resp, bytes_rx, tx_bytes, irqs, kicks, tx_irqs, timers, busy, done,
+            done_at_rx;
     };
     auto snap = [&]() -> Snap {
         const auto& bs = dev.stats();
@@ -229,7 +232,9 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
                     fs.rx_kicks.get() + fs.tx_kicks.get(),
                     fs.tx_interrupts.get(),
                     bs.rx_coalesce_timer_fires.get() + bs.tx_coalesce_timer_fires.get(),
-                    bs.busy_poll_hits.get() + fs.busy_poll_hits.get()};
+                    bs.busy_poll_hits.get() + fs.busy_poll_hits.get(),
+                    fs.tx_completions.get(),
+                    fs.tx_completions_at_rx.get()};
     };
     dev.start(cfg.backend_cpu);
     sleep_s(cfg.warmup_s);
@@ -253,6 +258,10 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
     res.interrupts_per_s = static_cast<double>(b.irqs - a.irqs) / res.window_s;
     res.kicks_per_s = static_cast<double>(b.kicks - a.kicks) / res.window_s;
     res.tx_interrupts_per_s = static_cast<double>(b.tx_irqs - a.tx_irqs) / res.window_s;
+    if (b.done > a.done) {
+        res.tx_reaped_at_rx = static_cast<double>(b.done_at_rx - a.done_at_rx) /
+                              static_cast<double>(b.done - a.done);
+    }
     res.coalesce_timer_fires_per_s = static_cast<double>(b.timers - a.timers) / res.window_s;
     res.busy_poll_hits_per_s = static_cast<double>(b.busy - a.busy) / res.window_s;
     std::vector<uint64_t> w;

@@ -37,6 +37,11 @@ struct StreamRrConfig {
     uint32_t tx_frames = 64, tx_usecs = 64;
     uint32_t rx_frames = 0, rx_usecs = 0;
     uint32_t busyloop_usecs = 0;   ///< backend (vhost busyloop_timeout)
+    /// handle_tx's packet weight: how many tx packets the worker moves (and
+    /// completes) before it serves rx, i.e. before the ACKs for them exist.
+    uint32_t tx_weight_pkts = 256;
+    /// The server's work per received frame (EchoPort::set_work_ns), ns.
+    uint32_t server_ns = 0;
     uint32_t busy_poll_usecs = 0;  ///< guest (net.core.busy_poll)
     uint16_t queue_size = 256;
     double warmup_s = 0.2;
@@ -58,6 +63,7 @@ struct StreamRrResult {
     double interrupts_per_s = 0; ///< backend calls written (rx + tx)
     double kicks_per_s = 0;      ///< guest kicks written (rx + tx)
     double tx_interrupts_per_s = 0;
+    double tx_reaped_at_rx = 0;  ///< share of tx completions reaped by rx NAPI (at-rx)
     double coalesce_timer_fires_per_s = 0;
     double busy_poll_hits_per_s = 0;  ///< backend + guest spins that found work
     uint64_t sndbuf_stalls = 0;
