@@ -1,6 +1,6 @@
 // Testbed: what every in-process experiment sets up — guest memory mapped
 // twice (the guest's view and, separately, the backend's), the four
-// doorbells, and the guest driver. The two sides share bytes, never
+// doorbells (two more with a control virtqueue), and the guest driver. The two sides share bytes, never
 // pointers, so what is measured here is what two processes would pay.
 #pragma once
 
@@ -45,6 +45,7 @@ struct Testbed {
     mem::MemoryTable guest_table;
     mem::MemoryTable backend_table;
     std::optional<notify::EventFd> rx_kick, tx_kick, rx_call, tx_call;
+    std::optional<notify::EventFd> ctrl_kick, ctrl_call;  ///< with fc.ctrl_vq only
     std::unique_ptr<frontend::VirtioNet> fe;
 
     /// One queue pair of `queue_size` on both rings.
@@ -68,14 +69,19 @@ struct Testbed {
             !backend_table.add(mem::GuestAddr(kGuestBase), backend_view->bytes())) {
             return "memory table";
         }
-        for (auto* fd : {&rx_kick, &tx_kick, &rx_call, &tx_call}) {
+        auto make_fd = [](std::optional<notify::EventFd>& fd) {
             auto e = notify::EventFd::create();
-            if (!e) return "eventfd";
-            fd->emplace(std::move(*e));
+            if (e) fd.emplace(std::move(*e));
+            return e.has_value();
+        };
+        for (auto* fd : {&rx_kick, &tx_kick, &rx_call, &tx_call}) {
+            if (!make_fd(*fd)) return "eventfd";
         }
+        if (fc.ctrl_vq && (!make_fd(ctrl_kick) || !make_fd(ctrl_call))) return "eventfd";
         const frontend::VirtioNetFds fds{&*rx_kick, &*tx_kick, &*rx_call, &*tx_call};
         auto f = frontend::VirtioNet::create(guest_table, mem::GuestAddr(kGuestBase), guest->size(),
-                                             fc, std::span<const frontend::VirtioNetFds>(&fds, 1));
+                                             fc, std::span<const frontend::VirtioNetFds>(&fds, 1),
+                                             backend_ctrl_fds());
         if (!f) return "frontend setup";
         fe = std::move(*f);
         return std::nullopt;
@@ -84,16 +90,27 @@ struct Testbed {
     backend::VhostNetFds backend_fds() const noexcept {
         return {&*rx_kick, &*tx_kick, &*rx_call, &*tx_call};
     }
+    /// The control queue's doorbells (null without fc.ctrl_vq).
+    notify::QueueFds backend_ctrl_fds() const noexcept {
+        return {ctrl_kick ? &*ctrl_kick : nullptr, ctrl_call ? &*ctrl_call : nullptr};
+    }
 
     /// The one queue pair the experiments use.
     frontend::QueuePair& qp() noexcept { return fe->queue_pair(0); }
 
-    /// The rings as the guest programmed them, for the backend.
+    /// The rings as the guest programmed them, for the backend; with a
+    /// control virtqueue, VIRTIO_NET_F_NOTF_COAL is taken as negotiated.
     backend::VhostNetConfig backend_config(bool event_idx) const noexcept {
         backend::VhostNetConfig bc;
         bc.rx.addrs = fe->queue_pair(0).rx_addrs();
         bc.tx.addrs = fe->queue_pair(0).tx_addrs();
         bc.rx.event_idx = bc.tx.event_idx = event_idx;
+        if (fe->ctrl_queue() != nullptr) {
+            bc.ctrl.emplace();
+            bc.ctrl->ring.addrs = fe->ctrl_addrs();
+            bc.ctrl->ring.event_idx = event_idx;
+            bc.ctrl->notf_coal = true;
+        }
         return bc;
     }
 

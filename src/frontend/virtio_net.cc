@@ -1,5 +1,5 @@
 // Guest-side virtio-net: layout, rx refill, the rx interrupt wait. Transmit
-// and tx completion are in xmit.cc.
+// and tx completion are in xmit.cc, control commands in ctrl.cc.
 #include "pvnet/frontend/virtio_net.h"
 
 #include <algorithm>
@@ -104,10 +104,16 @@ void QueuePair::wait_rx(int64_t timeout_us) noexcept {
     }
 }
 
+uint64_t VirtioNet::ctrl_area_bytes(const VirtioNetConfig& cfg) noexcept {
+    return cfg.ctrl_vq ? align_up(ring::split_ring_bytes(cfg.ctrl_size), 4096) + 4096 : 0;
+}
+
 Result<std::unique_ptr<VirtioNet>, FrontendError> VirtioNet::create(
     const mem::MemoryTable& table, mem::GuestAddr base, uint64_t bytes,
-    const VirtioNetConfig& cfg, std::span<const VirtioNetFds> fds) noexcept {
-    if (cfg.queue_pairs == 0 || fds.size() != cfg.queue_pairs || bytes < area_bytes(cfg)) {
+    const VirtioNetConfig& cfg, std::span<const VirtioNetFds> fds,
+    const notify::QueueFds& ctrl_fds) noexcept {
+    if (cfg.queue_pairs == 0 || fds.size() != cfg.queue_pairs || bytes < area_bytes(cfg) ||
+        (cfg.ctrl_vq && (ctrl_fds.kick == nullptr || ctrl_fds.call == nullptr))) {
         return unexpected(FrontendError::AreaTooSmall);
     }
     std::unique_ptr<VirtioNet> d(new (std::nothrow) VirtioNet());
@@ -119,6 +125,24 @@ Result<std::unique_ptr<VirtioNet>, FrontendError> VirtioNet::create(
         if (!qp) return unexpected(qp.error());
         d->pairs_.push_back(std::move(*qp));
     }
+    if (!cfg.ctrl_vq) return d;
+
+    // The control ring, then its command page, after the last pair.
+    const mem::GuestAddr ctrl_base = base + uint64_t{cfg.queue_pairs} * per_pair;
+    d->ctrl_addrs_ = ring::split_ring_addrs_at(ctrl_base, cfg.ctrl_size);
+    d->ctrl_cmd_gpa_ = ctrl_base + align_up(ring::split_ring_bytes(cfg.ctrl_size), 4096);
+    auto host = table.translate_contiguous(d->ctrl_cmd_gpa_, 4096, mem::Access::ReadWrite);
+    if (!host) return unexpected(FrontendError::AreaUnmapped);
+    d->ctrl_cmd_host_ = *host;
+    ring::DriverQueueConfig cq;
+    cq.addrs = d->ctrl_addrs_;
+    cq.event_idx = cfg.event_idx;
+    auto ctrl = ring::SplitDriverQueue::create(table, cq);
+    // A command is a chain of 3 descriptors (hdr, data, ack).
+    if (!ctrl || cfg.ctrl_size < 4) return unexpected(FrontendError::RingSetup);
+    d->ctrl_ = std::move(*ctrl);
+    d->ctrl_fds_ = ctrl_fds;
+    d->ctrl_timeout_us_ = cfg.ctrl_timeout_us;
     return d;
 }
 

@@ -9,10 +9,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
-#include <chrono>
 #include <cstdint>
-#include <functional>
-#include <thread>
 
 #include "pvnet/backend/vhost_net.h"
 #include "pvnet/notify/coalescer.h"
@@ -26,21 +23,10 @@ using notify::CoalesceParams;
 
 /// A time limit no test run reaches: only the frame count can signal.
 constexpr uint32_t kNeverUs = 60'000'000;
-constexpr auto kBound = std::chrono::seconds(10);
 
 bool readable(int fd, int timeout_ms) {
     pollfd p{fd, POLLIN, 0};
     return poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN) != 0;
-}
-
-/// Waits until `done()` or the bound; true if it held.
-bool wait_until(const std::function<bool()>& done) {
-    const auto end = std::chrono::steady_clock::now() + kBound;
-    while (!done()) {
-        if (std::chrono::steady_clock::now() > end) return false;
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-    return true;
 }
 
 /// Runs handle_tx until the tx ring is drained (weights requeue it).

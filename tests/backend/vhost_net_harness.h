@@ -9,6 +9,7 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "pvnet/backend/vhost_net.h"
@@ -306,6 +308,16 @@ private:
 };
 
 using Dev = Harness::Dev;
+
+/// Waits until `done()` or 10 s; true if it held (every wait is bounded).
+inline bool wait_until(const std::function<bool()>& done) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done()) {
+        if (std::chrono::steady_clock::now() > end) return false;
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return true;
+}
 
 /// Runs handle_tx once; returns the packets that reached the port.
 inline uint64_t run_tx(Harness& h) {

@@ -19,6 +19,10 @@
 // driver's suppression (EVENT_IDX, NO_INTERRUPT) still decides. Its timer
 // fds sleep in the worker's epoll. Busy polling (vhost's busyloop_timeout):
 // before sleeping, the worker spins on the rings for up to busyloop_usecs.
+//
+// Control virtqueue (optional, VIRTIO_NET_F_CTRL_VQ): its kick sleeps in the
+// same epoll and handle_ctrl serves it in the worker; NOTF_COAL commands
+// change the coalescers there, through the path set_coalesce() takes.
 #pragma once
 
 #include <sys/uio.h>
@@ -27,9 +31,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 
+#include "pvnet/backend/ctrl_queue.h"
 #include "pvnet/mem/memory_table.h"
 #include "pvnet/notify/coalescer.h"
 #include "pvnet/notify/epoll.h"
@@ -74,6 +80,8 @@ struct VhostNetConfig {
     /// Event mode: spin this long on the rings before sleeping (vhost's
     /// busyloop_timeout); 0: sleep at once.
     uint32_t busyloop_usecs = 0;
+    /// The control virtqueue, when VIRTIO_NET_F_CTRL_VQ was negotiated.
+    std::optional<CtrlQueueConfig> ctrl;
 };
 
 using VhostNetFds = notify::QueuePairFds;
@@ -89,7 +97,7 @@ struct VhostNetStats {
     Counter tx_signals_suppressed_event_idx,             ///< coalescer said signal, the
         rx_signals_suppressed_event_idx;                 ///< driver's EVENT_IDX/flags no
     Counter tx_coalesce_timer_fires, rx_coalesce_timer_fires;  ///< timer signalled pending
-    Counter coalesce_updates;  ///< set_coalesce() messages applied by the worker
+    Counter coalesce_updates;  ///< set_coalesce() messages and NOTF_COAL commands applied
     Counter busy_poll_hits;    ///< a spin found work (no sleep, no kick needed)
     Counter busy_poll_misses;  ///< a spin ran out of budget, then slept
     Counter rx_ring_empty;                         ///< rx stopped: no guest buffers
@@ -102,11 +110,12 @@ struct VhostNetStats {
 template <typename Port>
 class VhostNet {
 public:
-    /// Maps both rings through `table` (the backend's own view of guest
-    /// memory). `table`, `fds` and `port` must outlive the device.
+    /// Maps both rings (and cfg.ctrl's, if any) through `table` (the
+    /// backend's own view of guest memory). `table`, the fds and `port` must
+    /// outlive the device; `ctrl_fds` are the control queue's doorbells.
     static Result<std::unique_ptr<VhostNet>, ring::RingError> create(
         const mem::MemoryTable& table, const VhostNetConfig& cfg, const VhostNetFds& fds,
-        Port& port) noexcept;
+        Port& port, const notify::QueueFds& ctrl_fds = {}) noexcept;
 
     ~VhostNet() { stop(); }
 
@@ -125,6 +134,9 @@ public:
     /// worker calls these; callable directly when no worker runs (tests).
     void handle_tx_timer() noexcept { handle_timer(tx_sig_); }
     void handle_rx_timer() noexcept { handle_timer(rx_sig_); }
+    /// Serves the control queue (no-op without one); requeues itself after
+    /// kCtrlWeight commands.
+    void handle_ctrl() noexcept;
 
     /// New coalescing limits (VIRTIO_NET_CTRL_NOTF_COAL_RX_SET / _TX_SET),
     /// callable from any thread: handed to the worker as a message, applied
@@ -135,10 +147,12 @@ public:
     const VhostNetStats& stats() const noexcept { return stats_; }
     const ring::SplitDeviceQueue& rx_queue() const noexcept { return *rx_; }
     const ring::SplitDeviceQueue& tx_queue() const noexcept { return *tx_; }
+    /// The control queue (its stats, ring); null when not configured.
+    const CtrlQueue* ctrl_queue() const noexcept { return ctrl_.get(); }
     /// The coalescers (owned by the worker; read their stats only).
     const notify::Coalescer& rx_coalescer() const noexcept { return *rx_co_; }
     const notify::Coalescer& tx_coalescer() const noexcept { return *tx_co_; }
-    /// Work the handlers queued for themselves (kTxWork | kRxWork).
+    /// Work the handlers queued for themselves (kTxWork | kRxWork | kCtrlWork).
     uint32_t pending_work() const noexcept { return pending_; }
 
     static constexpr uint32_t kTxWork = 1;
@@ -146,6 +160,7 @@ public:
     static constexpr uint32_t kPortWork = 4;  ///< epoll tag of the port's fd
     static constexpr uint32_t kTxTimer = 8;   ///< epoll tag of tx's coalescing timer
     static constexpr uint32_t kRxTimer = 16;  ///< epoll tag of rx's coalescing timer
+    static constexpr uint32_t kCtrlWork = 32; ///< the control queue (kick tag and work)
 
 private:
     /// One queue's interrupt path: ring, coalescer, doorbell, counters.
@@ -167,11 +182,17 @@ private:
     VhostNet(const VhostNetConfig& cfg, const VhostNetFds& fds, Port& port,
              std::unique_ptr<ring::SplitDeviceQueue> rx, std::unique_ptr<ring::SplitDeviceQueue> tx,
              std::unique_ptr<notify::Coalescer> rx_co, std::unique_ptr<notify::Coalescer> tx_co,
+             std::unique_ptr<CtrlQueue> ctrl, const notify::QueueFds& ctrl_fds,
              notify::EventFd wake, notify::Epoll epoll);
     void worker() noexcept;
     void wait_for_work(int timeout_ms) noexcept;
     bool busy_poll() noexcept;
-    void apply_coalesce() noexcept;
+    /// Applies set_coalesce()'s latest message.
+    void take_coalesce_msg() noexcept;
+    /// The one place limits change (mailbox and control queue): each given
+    /// queue's coalescer takes its new limits, flushing what was pending.
+    void apply_coalesce(std::optional<notify::CoalesceParams> rx,
+                        std::optional<notify::CoalesceParams> tx) noexcept;
     /// `n` used entries were just published on s.q.
     void signal(QueueSignal& s, uint32_t n) noexcept;
     /// The coalescer said signal: the driver's suppression decides.
@@ -191,6 +212,8 @@ private:
     std::unique_ptr<ring::SplitDeviceQueue> tx_;
     std::unique_ptr<notify::Coalescer> rx_co_;
     std::unique_ptr<notify::Coalescer> tx_co_;
+    std::unique_ptr<CtrlQueue> ctrl_;         ///< null without VIRTIO_NET_F_CTRL_VQ
+    notify::QueueFds ctrl_fds_;
     std::unique_ptr<ring::DescChain> chain_;  ///< reused for every packet
     uint32_t pending_ = 0;                    ///< worker-owned work list
     std::atomic<bool> stop_{false};

@@ -16,6 +16,11 @@
 // Buffers are one pool of fixed-size slots; a received buffer can be sent
 // on as is (the guest's io forwarding) and returns to the pool when the tx
 // completion is reaped.
+//
+// With ctrl_vq, the device also has a control virtqueue (VIRTIO 1.2
+// 5.1.6.5): set_coalesce sends VIRTIO_NET_CTRL_NOTF_COAL commands on it
+// one at a time and waits, bounded, for the device's ack, as Linux's
+// virtnet_send_command does (without its unbounded spin).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +31,7 @@
 #include "pvnet/frontend/flow.h"
 #include "pvnet/mem/guest_addr.h"
 #include "pvnet/mem/memory_table.h"
+#include "pvnet/notify/coalescer.h"
 #include "pvnet/notify/event_fd.h"
 #include "pvnet/ring/driver_queue.h"
 #include "pvnet/util/assert.h"
@@ -40,7 +46,17 @@ inline constexpr uint32_t kNapiBudget = 64;
 /// Descriptors the largest tx chain takes (one buffer: header + frame).
 inline constexpr uint16_t kTxMaxChainDescs = 1;
 
-enum class FrontendError : uint8_t { AreaTooSmall, AreaUnmapped, RingSetup, Count };
+enum class FrontendError : uint8_t {
+    AreaTooSmall,
+    AreaUnmapped,
+    RingSetup,
+    NoCtrlVq,       ///< a control command without a control virtqueue
+    CtrlBusy,       ///< an earlier command timed out and is still with the device
+    CtrlTimeout,    ///< the device did not use the command in time
+    CtrlBroken,     ///< the control ring is broken (the device broke a ring rule)
+    CtrlDeviceErr,  ///< the device acked VIRTIO_NET_ERR (or wrote no ack)
+    Count
+};
 
 /// How tx completions are reaped (virtio_net's napi_tx module parameter).
 enum class TxMode : uint8_t {
@@ -69,6 +85,9 @@ struct VirtioNetConfig {
     /// A stopped tx queue restarts at this many free descriptors; 0 means
     /// kTxMaxChainDescs (Linux: the stop threshold). Capped at tx_size.
     uint16_t tx_wake_descs = 0;
+    bool ctrl_vq = false;       ///< VIRTIO_NET_F_CTRL_VQ: lay out a control virtqueue
+    uint16_t ctrl_size = 64;    ///< its ring size (>= 4: a command takes 3 descriptors)
+    uint32_t ctrl_timeout_us = 1'000'000;  ///< how long a command waits for its ack
 };
 
 using VirtioNetFds = notify::QueuePairFds;
@@ -240,25 +259,62 @@ private:
     VirtioNetStats stats_;
 };
 
+struct VirtioNetCtrlStats {
+    Counter cmds;         ///< control commands sent
+    Counter cmds_failed;  ///< ... that did not come back acked OK
+    Counter kicks;        ///< control queue doorbells written
+};
+
 class VirtioNet {
 public:
-    /// Lays out cfg.queue_pairs pairs one after another in [base, base+bytes);
-    /// `fds` has one entry per pair.
+    /// Lays out cfg.queue_pairs pairs one after another in [base, base+bytes),
+    /// then (cfg.ctrl_vq) the control ring and its command buffer. `fds` has
+    /// one entry per pair; `ctrl_fds` (both set with ctrl_vq) are the control
+    /// queue's doorbells.
     static Result<std::unique_ptr<VirtioNet>, FrontendError> create(
         const mem::MemoryTable& table, mem::GuestAddr base, uint64_t bytes,
-        const VirtioNetConfig& cfg, std::span<const VirtioNetFds> fds) noexcept;
+        const VirtioNetConfig& cfg, std::span<const VirtioNetFds> fds,
+        const notify::QueueFds& ctrl_fds = {}) noexcept;
 
     /// Guest memory the whole device needs.
     static uint64_t area_bytes(const VirtioNetConfig& cfg) noexcept {
-        return uint64_t{cfg.queue_pairs} * QueuePair::area_bytes(cfg);
+        return uint64_t{cfg.queue_pairs} * QueuePair::area_bytes(cfg) + ctrl_area_bytes(cfg);
     }
 
     uint16_t queue_pairs() const noexcept { return static_cast<uint16_t>(pairs_.size()); }
     QueuePair& queue_pair(uint16_t i) noexcept { return *pairs_[i]; }
     const QueuePair& queue_pair(uint16_t i) const noexcept { return *pairs_[i]; }
 
+    /// The control virtqueue, if cfg.ctrl_vq (null otherwise).
+    const ring::SplitDriverQueue* ctrl_queue() const noexcept { return ctrl_.get(); }
+    /// Where the control ring is, for the device (meaningful with ctrl_vq).
+    const ring::SplitRingAddrs& ctrl_addrs() const noexcept { return ctrl_addrs_; }
+    const VirtioNetCtrlStats& ctrl_stats() const noexcept { return ctrl_stats_; }
+
+    /// ethtool -C: sends VIRTIO_NET_CTRL_NOTF_COAL_RX_SET, then _TX_SET,
+    /// each waiting up to cfg.ctrl_timeout_us for the device's ack. Stops at
+    /// the first failure (the rx limits may then be applied, the tx not).
+    Status<FrontendError> set_coalesce(notify::CoalesceParams rx,
+                                       notify::CoalesceParams tx) noexcept;
+
 private:
+    /// Control ring plus one page for the command (hdr, data, ack).
+    static uint64_t ctrl_area_bytes(const VirtioNetConfig& cfg) noexcept;
+    /// One command, counted (virtnet_send_command).
+    Status<FrontendError> send_command(uint8_t cls, uint8_t cmd,
+                                       std::span<const std::byte> data) noexcept;
+    /// send_command's exchange: post, kick, wait for the used entry, read the ack.
+    Status<FrontendError> exchange_command(uint8_t cls, uint8_t cmd,
+                                           std::span<const std::byte> data) noexcept;
+
     std::vector<std::unique_ptr<QueuePair>> pairs_;
+    uint32_t ctrl_timeout_us_ = 0;
+    notify::QueueFds ctrl_fds_;
+    ring::SplitRingAddrs ctrl_addrs_;
+    std::unique_ptr<ring::SplitDriverQueue> ctrl_;
+    mem::GuestAddr ctrl_cmd_gpa_;
+    std::byte* ctrl_cmd_host_ = nullptr;  ///< the command page, shared with the device
+    VirtioNetCtrlStats ctrl_stats_;
 };
 
 template <typename Deliver>

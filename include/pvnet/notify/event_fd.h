@@ -47,4 +47,10 @@ struct QueuePairFds {
     const EventFd* tx_call = nullptr;
 };
 
+/// The two doorbells of a single queue (the control virtqueue).
+struct QueueFds {
+    const EventFd* kick = nullptr;
+    const EventFd* call = nullptr;
+};
+
 }  // namespace pvnet::notify

@@ -1,5 +1,6 @@
 // virtio-net wire formats: VIRTIO 1.2 "Network Device" (5.1): the per-packet
-// header and the device configuration layout.
+// header, the device configuration layout and the control virtqueue's
+// commands (5.1.6.5 "Control Virtqueue", 5.1.6.5.9 "Notifications Coalescing").
 #pragma once
 
 #include <cstddef>
@@ -56,5 +57,36 @@ static_assert(offsetof(virtio_net_config, speed) == 12);
 static_assert(offsetof(virtio_net_config, duplex) == 16);
 static_assert(offsetof(virtio_net_config, supported_hash_types) == 20);
 static_assert(sizeof(virtio_net_config) == 24);
+
+/// Control virtqueue (5.1.6.5): the driver-readable header, then the
+/// command-specific data, then one device-writable ack byte.
+struct virtio_net_ctrl_hdr {
+    uint8_t class_;  ///< the spec's `class` (a C++ keyword)
+    uint8_t cmd;
+};
+static_assert(sizeof(virtio_net_ctrl_hdr) == 2 && offsetof(virtio_net_ctrl_hdr, cmd) == 1);
+
+/// The ack byte.
+inline constexpr uint8_t VIRTIO_NET_OK = 0;
+inline constexpr uint8_t VIRTIO_NET_ERR = 1;
+
+/// Notifications coalescing (5.1.6.5.9), with VIRTIO_NET_F_NOTF_COAL.
+inline constexpr uint8_t VIRTIO_NET_CTRL_NOTF_COAL = 6;
+inline constexpr uint8_t VIRTIO_NET_CTRL_NOTF_COAL_TX_SET = 0;
+inline constexpr uint8_t VIRTIO_NET_CTRL_NOTF_COAL_RX_SET = 1;
+
+struct virtio_net_ctrl_coal_tx {
+    Le32 tx_max_packets;
+    Le32 tx_usecs;
+};
+static_assert(sizeof(virtio_net_ctrl_coal_tx) == 8 &&
+              offsetof(virtio_net_ctrl_coal_tx, tx_usecs) == 4);
+
+struct virtio_net_ctrl_coal_rx {
+    Le32 rx_max_packets;
+    Le32 rx_usecs;
+};
+static_assert(sizeof(virtio_net_ctrl_coal_rx) == 8 &&
+              offsetof(virtio_net_ctrl_coal_rx, rx_usecs) == 4);
 
 }  // namespace pvnet::virtio

@@ -2,8 +2,8 @@
 // own requeues (weights) and, in event mode, from the kick eventfds and
 // the port's fd, waited on with epoll, or is found by busy polling
 // (vhost_net_busy_poll) before the worker sleeps. The interrupt decision
-// (Coalescer, then the ring's vhost_notify) and the coalescing timers and
-// control messages are handled here too.
+// (Coalescer, then the ring's vhost_notify), the coalescing timers, the
+// control messages and the control virtqueue are handled here too.
 #pragma once
 
 #include <array>
@@ -26,11 +26,17 @@ inline void cpu_relax() noexcept {
 template <typename Port>
 Result<std::unique_ptr<VhostNet<Port>>, ring::RingError> VhostNet<Port>::create(
     const mem::MemoryTable& table, const VhostNetConfig& cfg, const VhostNetFds& fds,
-    Port& port) noexcept {
+    Port& port, const notify::QueueFds& ctrl_fds) noexcept {
     auto rx = ring::SplitDeviceQueue::create(table, cfg.rx);
     if (!rx) return unexpected(rx.error());
     auto tx = ring::SplitDeviceQueue::create(table, cfg.tx);
     if (!tx) return unexpected(tx.error());
+    std::unique_ptr<CtrlQueue> ctrl;
+    if (cfg.ctrl) {
+        auto c = CtrlQueue::create(table, *cfg.ctrl, ctrl_fds);
+        if (!c) return unexpected(c.error());
+        ctrl = std::move(*c);
+    }
     auto rx_co = notify::Coalescer::create(cfg.rx_coalesce);
     auto tx_co = notify::Coalescer::create(cfg.tx_coalesce);
     if (!rx_co || !tx_co) return unexpected(ring::RingError::Count);
@@ -42,13 +48,16 @@ Result<std::unique_ptr<VhostNet<Port>>, ring::RingError> VhostNet<Port>::create(
     if (fds.rx_kick) watched = watched && ep->add(fds.rx_kick->fd(), kRxWork).has_value();
     watched = watched && ep->add((*tx_co)->timer_fd(), kTxTimer).has_value();
     watched = watched && ep->add((*rx_co)->timer_fd(), kRxTimer).has_value();
+    if (ctrl && ctrl_fds.kick) {
+        watched = watched && ep->add(ctrl_fds.kick->fd(), kCtrlWork).has_value();
+    }
     if constexpr (requires { port.rx_fd(); }) {
         if (port.rx_fd() >= 0) watched = watched && ep->add(port.rx_fd(), kPortWork).has_value();
     }
     if (!watched) return unexpected(ring::RingError::Count);
     std::unique_ptr<VhostNet> d(new (std::nothrow) VhostNet(
         cfg, fds, port, std::move(*rx), std::move(*tx), std::move(*rx_co), std::move(*tx_co),
-        std::move(*wake), std::move(*ep)));
+        std::move(ctrl), ctrl_fds, std::move(*wake), std::move(*ep)));
     if (!d || !d->chain_) return unexpected(ring::RingError::Count);
     return d;
 }
@@ -58,8 +67,9 @@ VhostNet<Port>::VhostNet(const VhostNetConfig& cfg, const VhostNetFds& fds, Port
                          std::unique_ptr<ring::SplitDeviceQueue> rx,
                          std::unique_ptr<ring::SplitDeviceQueue> tx,
                          std::unique_ptr<notify::Coalescer> rx_co,
-                         std::unique_ptr<notify::Coalescer> tx_co, notify::EventFd wake,
-                         notify::Epoll epoll)
+                         std::unique_ptr<notify::Coalescer> tx_co,
+                         std::unique_ptr<CtrlQueue> ctrl, const notify::QueueFds& ctrl_fds,
+                         notify::EventFd wake, notify::Epoll epoll)
     : cfg_(cfg),
       fds_(fds),
       port_(port),
@@ -67,6 +77,8 @@ VhostNet<Port>::VhostNet(const VhostNetConfig& cfg, const VhostNetFds& fds, Port
       tx_(std::move(tx)),
       rx_co_(std::move(rx_co)),
       tx_co_(std::move(tx_co)),
+      ctrl_(std::move(ctrl)),
+      ctrl_fds_(ctrl_fds),
       chain_(new (std::nothrow) ring::DescChain),
       wake_(std::move(wake)),
       epoll_(std::move(epoll)),
@@ -125,25 +137,44 @@ void VhostNet<Port>::set_coalesce(notify::CoalesceParams rx, notify::CoalescePar
     coalesce_msg_.rx_usecs.store(rx.max_usecs, std::memory_order_relaxed);
     coalesce_msg_.tx_frames.store(tx.max_frames, std::memory_order_relaxed);
     coalesce_msg_.tx_usecs.store(tx.max_usecs, std::memory_order_relaxed);
-    // ORDER: release; pairs with the acquire in apply_coalesce(), which then
+    // ORDER: release; pairs with the acquire in take_coalesce_msg(), which then
     // reads these fields (or newer ones, whose epoch bump follows).
     coalesce_msg_.epoch.fetch_add(1, std::memory_order_release);
     wake_.signal();  // a sleeping worker applies it now, not at its next timeout
 }
 
 template <typename Port>
-void VhostNet<Port>::apply_coalesce() noexcept {
+void VhostNet<Port>::take_coalesce_msg() noexcept {
     // ORDER: acquire; pairs with the release bump in set_coalesce(). A setter
     // racing with these loads bumps the epoch again, so its fields are
     // applied on the next pass.
     coalesce_epoch_ = coalesce_msg_.epoch.load(std::memory_order_acquire);
-    const notify::CoalesceParams rx{coalesce_msg_.rx_frames.load(std::memory_order_relaxed),
-                                    coalesce_msg_.rx_usecs.load(std::memory_order_relaxed)};
-    const notify::CoalesceParams tx{coalesce_msg_.tx_frames.load(std::memory_order_relaxed),
-                                    coalesce_msg_.tx_usecs.load(std::memory_order_relaxed)};
-    if (rx_co_->set(rx) == notify::CoalesceAction::Signal) raise(rx_sig_);
-    if (tx_co_->set(tx) == notify::CoalesceAction::Signal) raise(tx_sig_);
+    apply_coalesce(notify::CoalesceParams{coalesce_msg_.rx_frames.load(std::memory_order_relaxed),
+                                          coalesce_msg_.rx_usecs.load(std::memory_order_relaxed)},
+                   notify::CoalesceParams{coalesce_msg_.tx_frames.load(std::memory_order_relaxed),
+                                          coalesce_msg_.tx_usecs.load(std::memory_order_relaxed)});
+}
+
+template <typename Port>
+void VhostNet<Port>::apply_coalesce(std::optional<notify::CoalesceParams> rx,
+                                    std::optional<notify::CoalesceParams> tx) noexcept {
+    if (rx && rx_co_->set(*rx) == notify::CoalesceAction::Signal) raise(rx_sig_);
+    if (tx && tx_co_->set(*tx) == notify::CoalesceAction::Signal) raise(tx_sig_);
     stats_.coalesce_updates.add();
+}
+
+template <typename Port>
+void VhostNet<Port>::handle_ctrl() noexcept {
+    pending_ &= ~kCtrlWork;
+    if (!ctrl_) return;
+    const bool more = ctrl_->handle([this](const CtrlCommand& c) noexcept {
+        if (c.op == CtrlCommand::Op::NotfCoalRxSet) {
+            apply_coalesce(c.coal, std::nullopt);
+        } else {
+            apply_coalesce(std::nullopt, c.coal);
+        }
+    });
+    if (more) pending_ |= kCtrlWork;  // behind the datapath work already queued
 }
 
 template <typename Port>
@@ -161,6 +192,7 @@ bool VhostNet<Port>::busy_poll() noexcept {
         // One acquire load of avail.idx per ring (pending()), and the port.
         if (tx_->pending() != 0) pending_ |= kTxWork;
         if (port_.rx_pending() && rx_->pending() != 0) pending_ |= kRxWork;
+        if (ctrl_ && ctrl_->pending() != 0) pending_ |= kCtrlWork;
         if (pending_ != 0) {
             stats_.busy_poll_hits.add();
             return true;
@@ -211,6 +243,9 @@ void VhostNet<Port>::wait_for_work(int timeout_ms) noexcept {
             handle_tx_timer();
         } else if (w == kRxTimer) {
             handle_rx_timer();
+        } else if (w == kCtrlWork) {
+            ctrl_fds_.kick->consume();
+            pending_ |= kCtrlWork;
         } else if (w == 0) {
             wake_.consume();
         }
@@ -221,14 +256,17 @@ void VhostNet<Port>::wait_for_work(int timeout_ms) noexcept {
 
 template <typename Port>
 void VhostNet<Port>::worker() noexcept {
-    pending_ = kTxWork | kRxWork;
+    // The control queue, when there is one, is served like a ring: at start,
+    // on its kick, by busy polling, and in poll mode when it has commands.
+    constexpr uint32_t kDataWork = kTxWork | kRxWork;
+    pending_ = kDataWork | (ctrl_ ? kCtrlWork : 0u);
     while (!stop_.load(std::memory_order_relaxed)) {
-        // ORDER: acquire when it moved (apply_coalesce); relaxed peek first.
+        // ORDER: acquire when it moved (take_coalesce_msg); relaxed peek first.
         if (coalesce_msg_.epoch.load(std::memory_order_relaxed) != coalesce_epoch_) {
-            apply_coalesce();
+            take_coalesce_msg();
         }
         if (cfg_.mode == RunMode::Poll) {
-            pending_ = kTxWork | kRxWork;
+            pending_ = kDataWork | (ctrl_ && ctrl_->pending() != 0 ? kCtrlWork : 0u);
         } else if (pending_ == 0) {
             if (busy_poll()) {
                 // Found by spinning: collect, without sleeping, any kick or
@@ -241,7 +279,7 @@ void VhostNet<Port>::worker() noexcept {
                 if (port_.rx_pending() && !rx_->broken()) pending_ |= kRxWork;
                 continue;
             }
-        } else if (pending_ != (kTxWork | kRxWork)) {
+        } else if ((pending_ & kDataWork) != kDataWork) {
             // A handler requeued itself: collect kicks that came meanwhile
             // without sleeping, as vhost_poll_queue adds work to the list
             // while another handler runs.
@@ -252,6 +290,7 @@ void VhostNet<Port>::worker() noexcept {
         // FIFO as vhost's work list: a requeued handler runs after the other.
         if (work & kTxWork) handle_tx();
         if (work & kRxWork) handle_rx();
+        if (work & kCtrlWork) handle_ctrl();
         // The port became readable meanwhile (a server answered what tx just
         // sent): queue rx while the guest has buffers for it, as the socket's
         // wakeup queues handle_rx in vhost. Without buffers, the refill kick does.

@@ -1,0 +1,133 @@
+// CtrlQueue: the device side of the virtio-net control virtqueue (VIRTIO 1.2
+// 5.1.6.5 "Control Virtqueue"; QEMU's virtio_net_handle_ctrl). Each chain
+// is a command: a device-readable virtio_net_ctrl_hdr and command-specific
+// data, then a device-writable ack byte. pvnet serves the notification
+// coalescing class (5.1.6.5.9, VIRTIO_NET_F_NOTF_COAL); anything else is
+// answered VIRTIO_NET_ERR.
+//
+// Hostile input by severity (STYLE.md §5): a bad command is answered ERR and
+// counted; a chain with no byte to ack into is returned used with length 0
+// and counted; a ring rule broken marks the ring broken (the device queue
+// does it) and the queue is served no more.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "pvnet/mem/memory_table.h"
+#include "pvnet/notify/coalescer.h"
+#include "pvnet/notify/event_fd.h"
+#include "pvnet/ring/device_queue.h"
+#include "pvnet/util/counters.h"
+#include "pvnet/util/result.h"
+
+namespace pvnet::backend {
+
+/// What the driver got wrong in one command (each answered ERR, or for
+/// NoAck returned used with length 0).
+enum class CtrlError : uint8_t {
+    NoAck,          ///< no device-writable byte for the ack
+    ShortHeader,    ///< readable part below the 2-byte virtio_net_ctrl_hdr
+    UnknownClass,   ///< a class pvnet does not serve
+    UnknownCmd,     ///< a command its class does not have
+    NotNegotiated,  ///< the class's feature (VIRTIO_NET_F_NOTF_COAL) is off
+    BadDataSize,    ///< command-specific data not exactly the command's struct
+    Count
+};
+
+std::string_view to_string(CtrlError e) noexcept;
+
+/// A validated command, in host byte order.
+struct CtrlCommand {
+    enum class Op : uint8_t {
+        NotfCoalTxSet,  ///< VIRTIO_NET_CTRL_NOTF_COAL_TX_SET
+        NotfCoalRxSet,  ///< VIRTIO_NET_CTRL_NOTF_COAL_RX_SET
+    };
+    Op op = Op::NotfCoalTxSet;
+    notify::CoalesceParams coal;  ///< {*_max_packets, *_usecs}
+};
+
+/// Parses the readable part of a control chain (any split across iovecs,
+/// VIRTIO_F_ANY_LAYOUT): each byte is copied once into a local and only the
+/// copy is checked and used. `notf_coal`: VIRTIO_NET_F_NOTF_COAL negotiated.
+Result<CtrlCommand, CtrlError> parse_ctrl_command(std::span<const iovec> readable,
+                                                  bool notf_coal) noexcept;
+
+struct CtrlQueueConfig {
+    ring::DeviceQueueConfig ring;  ///< addrs and event_idx of the control ring
+    bool notf_coal = false;        ///< VIRTIO_NET_F_NOTF_COAL negotiated
+};
+
+struct CtrlQueueStats {
+    Counter cmds_ok;                   ///< answered VIRTIO_NET_OK
+    CounterArray<CtrlError> cmds_err;  ///< answered ERR (or used len 0), by reason
+    Counter runs;                      ///< handle() invocations
+    Counter calls;                     ///< interrupts sent
+    Counter calls_suppressed;          ///< the driver's EVENT_IDX/flags said no
+};
+
+/// Commands served per handle() run before it yields to the datapath.
+inline constexpr uint32_t kCtrlWeight = 64;
+
+class CtrlQueue {
+public:
+    /// Maps the control ring through `table`; `fds.call` (may be null) is
+    /// signalled after used entries are published. Both must outlive the queue.
+    static Result<std::unique_ptr<CtrlQueue>, ring::RingError> create(
+        const mem::MemoryTable& table, const CtrlQueueConfig& cfg,
+        const notify::QueueFds& fds) noexcept;
+
+    /// Serves up to kCtrlWeight commands: each valid one is passed to
+    /// `apply(const CtrlCommand&)` and acked OK, the others ERR. Returns
+    /// true if commands are left (run again), false when the ring is empty
+    /// (notifications re-armed) or broken.
+    template <typename Apply>
+    bool handle(Apply&& apply) noexcept;
+
+    /// Available commands not yet served (one acquire load; 0 when broken).
+    uint16_t pending() noexcept { return q_->pending(); }
+
+    const ring::SplitDeviceQueue& queue() const noexcept { return *q_; }
+    const CtrlQueueStats& stats() const noexcept { return stats_; }
+
+private:
+    CtrlQueue(const CtrlQueueConfig& cfg, const notify::QueueFds& fds,
+              std::unique_ptr<ring::SplitDeviceQueue> q) noexcept
+        : cfg_(cfg), fds_(fds), q_(std::move(q)) {}
+    /// The popped chain's command, or the error it is answered with (counted).
+    Result<CtrlCommand, CtrlError> check_chain() noexcept;
+    /// Writes the ack (if the chain has room for it) and stages the used entry.
+    void complete(bool ok) noexcept;
+    /// Publishes `n` used entries and signals if the driver wants it; true
+    /// if the run should go on (more available).
+    bool finish(uint32_t n, ring::PopStatus st) noexcept;
+
+    CtrlQueueConfig cfg_;
+    notify::QueueFds fds_;
+    std::unique_ptr<ring::SplitDeviceQueue> q_;
+    ring::DescChain chain_;
+    bool chain_has_ack_ = false;  ///< the popped chain has a writable byte
+    CtrlQueueStats stats_;
+};
+
+template <typename Apply>
+bool CtrlQueue::handle(Apply&& apply) noexcept {
+    if (q_->broken()) return false;
+    stats_.runs.add();
+    q_->disable_notify();
+    uint32_t n = 0;
+    ring::PopStatus st = ring::PopStatus::Ok;
+    while (n < kCtrlWeight && (st = q_->pop(chain_)) == ring::PopStatus::Ok) {
+        const auto cmd = check_chain();
+        if (cmd) apply(cmd.value());
+        complete(cmd.has_value());
+        ++n;
+    }
+    return finish(n, st);
+}
+
+}  // namespace pvnet::backend
