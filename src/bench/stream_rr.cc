@@ -196,12 +196,16 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
                 // Idle: sleep on either interrupt, bounded (and until the
                 // next paced request).
                 pollfd p[2] = {{tb.rx_call->fd(), POLLIN, 0}, {tb.tx_call->fd(), POLLIN, 0}};
-                int timeout_ms = 10;
+                // ppoll: the light load's gaps are below a millisecond, and
+                // poll()'s ms timeout would turn them into a spin.
+                uint64_t timeout_ns = 10'000'000;
                 if (rr_interval) {
                     const uint64_t t = now_ns();
-                    timeout_ms = next_req > t ? static_cast<int>((next_req - t) / 1'000'000) : 0;
+                    timeout_ns = next_req > t ? next_req - t : 0;
                 }
-                if (poll(p, 2, timeout_ms) > 0 && (p[0].revents & POLLIN)) {
+                const timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000u),
+                                  static_cast<long>(timeout_ns % 1'000'000'000u)};
+                if (ppoll(p, 2, &ts, nullptr) > 0 && (p[0].revents & POLLIN)) {
                     tb.rx_call->consume();
                 }
             }

@@ -114,7 +114,7 @@ struct VirtioNetStats {
     Counter tx_queue_wakes;           ///< ... and a reap restarted it
     Counter tx_busy;                  ///< xmit(Flow&) refused: queue stopped
     Counter tx_no_credit;             ///< xmit(Flow&) refused: flow over sndbuf
-    Counter busy_poll_hits;           ///< busy_poll_rx found packets
+    Counter busy_poll_hits;           ///< busy_poll_rx (usecs > 0) found packets
     Counter busy_poll_misses;         ///< ... spun its time out empty
 };
 
@@ -351,6 +351,9 @@ uint32_t QueuePair::poll_rx(uint32_t budget, Deliver&& deliver) noexcept {
 
 template <typename Deliver>
 uint32_t QueuePair::busy_poll_rx(uint32_t budget, Deliver&& deliver, uint32_t usecs) noexcept {
+    // Without a spin budget this is a plain NAPI poll: nothing to count as
+    // a busy-poll hit or miss.
+    if (usecs == 0) return poll_rx(budget, deliver);
     rx_->disable_cb();
     if (clean_tx_at_rx_) poll_cleantx();
     // One clock read per empty look: a vDSO call, cheap beside the spin.
