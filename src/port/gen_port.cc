@@ -131,6 +131,10 @@ std::string_view to_string(PortError e) noexcept {
             return "bad frame size";
         case PortError::BadFlowId:
             return "bad flow id";
+        case PortError::BadArenaSize:
+            return "bad peer queue size";
+        case PortError::SystemError:
+            return "system error";
         case PortError::Count:
             break;
     }

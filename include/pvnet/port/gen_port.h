@@ -35,6 +35,8 @@ namespace pvnet::port {
 enum class PortError : uint8_t {
     BadFrameSize,  ///< frame_bytes outside kMinFrameBytes..kMaxFrameBytes
     BadFlowId,     ///< kUdpSrcPortBase + flow_id does not fit a UDP port
+    BadArenaSize,  ///< PeerPort queue bytes not a power of two in range
+    SystemError,   ///< an eventfd or allocation failed at setup
     Count
 };
 
