@@ -32,7 +32,7 @@ CORPUS_DIR  := tests/fuzz/corpus
 
 DEB_PACKAGES := build-essential cmake ninja-build g++ clang-14 libclang-rt-14-dev llvm-14 \
                 libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev \
-                libfmt-dev
+                libfmt-dev liburing-dev pkg-config
 # Only `make bench` needs these: DPDK's testpmd (the PVP baseline) and gnuplot.
 BENCH_PACKAGES := dpdk dpdk-dev gnuplot-nox
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)

@@ -1,0 +1,383 @@
+// TapPort against the real kernel (needs root: CAP_NET_ADMIN for taps and
+// namespaces; CI runs as root, anything else FAILS with a message). Each
+// test makes its own namespace, named with the pid, and the ScopedNetns
+// deletes it with its taps on every exit path; every wait is a bounded poll.
+#include "pvnet/port/tap_port.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pvnet/port/gen_port.h"
+#include "pvnet/virtio/virtio_config.h"
+
+namespace pvnet::port {
+namespace {
+
+using Frame = std::vector<std::byte>;
+constexpr uint32_t kHdr = TapPort::kHdrBytes;
+
+// The tap's side is the kernel at 198.51.100.1 (GenPort's destination, MAC
+// kDstMac); we are the peer 192.0.2.1 (kSrcIp, kSrcMac).
+constexpr const char* kTapMac = "02:00:00:00:00:02";
+
+TEST(TunOffloadFlags, MapsGuestReceiveFeatures) {
+    using namespace virtio;
+    const auto bit = [](unsigned b) { return uint64_t{1} << b; };
+    EXPECT_EQ(tun_offload_flags(0), 0u);
+    // TSO without CSUM is rejected by tun: the mapping gives nothing.
+    EXPECT_EQ(tun_offload_flags(bit(VIRTIO_NET_F_GUEST_TSO4)), 0u);
+    EXPECT_EQ(tun_offload_flags(bit(VIRTIO_NET_F_GUEST_CSUM)), kTunFCsum);
+    EXPECT_EQ(tun_offload_flags(bit(VIRTIO_NET_F_GUEST_CSUM) | bit(VIRTIO_NET_F_GUEST_TSO4) |
+                                bit(VIRTIO_NET_F_GUEST_TSO6) | bit(VIRTIO_NET_F_GUEST_ECN)),
+              kTunFCsum | kTunFTso4 | kTunFTso6 | kTunFTsoEcn);
+    // Host-side (tx) offloads are what we write, not what TUNSETOFFLOAD is about.
+    EXPECT_EQ(tun_offload_flags(bit(VIRTIO_NET_F_CSUM) | bit(VIRTIO_NET_F_HOST_TSO4)), 0u);
+}
+
+/// A namespace with one tap in it, configured as the kernel's side of a link.
+class TapRootTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_EQ(geteuid(), 0u) << "TapPort tests need root (CAP_NET_ADMIN) to create "
+                                    "network namespaces and taps; run them as root";
+        const std::string name = "pvnet-tap-" + std::to_string(getpid());
+        auto ns = ScopedNetns::create(name);
+        ASSERT_TRUE(ns.has_value()) << to_string(ns.error());
+        ns_.emplace(std::move(*ns));
+        // No IPv6 chatter (router solicitations, MLD) between our frames and
+        // the kernel's answers: /proc/sys/net is the opener's namespace.
+        auto st = run_in_netns(name, []() -> Status<SysError> {
+            for (const char* p : {"/proc/sys/net/ipv6/conf/all/disable_ipv6",
+                                  "/proc/sys/net/ipv6/conf/default/disable_ipv6"}) {
+                FILE* f = std::fopen(p, "w");
+                if (f == nullptr) return unexpected(SysError{"disable_ipv6", errno});
+                std::fputs("1", f);
+                std::fclose(f);
+            }
+            return {};
+        });
+        ASSERT_TRUE(st.has_value()) << to_string(st.error());
+    }
+
+    TapConfig config(const std::string& tap) const {
+        TapConfig c;
+        c.name = tap;
+        c.netns = ns_->name();
+        c.link_up = true;
+        return c;
+    }
+
+    /// MAC and address the kernel answers on, and our address as a permanent neighbour.
+    void address(const std::string& tap) const {
+        ASSERT_EQ(ns_->ip({"link", "set", "dev", tap, "address", kTapMac}), 0);
+        ASSERT_EQ(ns_->ip({"addr", "add", "198.51.100.1/24", "dev", tap}), 0);
+        ASSERT_EQ(ns_->ip({"route", "add", "192.0.2.0/24", "dev", tap}), 0);
+        ASSERT_EQ(ns_->ip({"neigh", "add", "192.0.2.1", "lladdr", "02:00:00:00:00:01", "dev", tap,
+                           "nud", "permanent"}),
+                  0);
+    }
+
+    std::optional<ScopedNetns> ns_;
+};
+
+/// An ARP request from 192.0.2.1 for 198.51.100.1 (the tap's address), behind a
+/// zero vnet header; padded to the 60-byte minimum.
+Frame arp_request() {
+    Frame f(kHdr + 60);
+    auto* e = reinterpret_cast<uint8_t*>(f.data() + kHdr);
+    std::memset(e, 0xff, 6);
+    std::memcpy(e + 6, kSrcMac.data(), 6);
+    e[12] = 0x08, e[13] = 0x06;                       // ARP
+    const uint8_t arp[8] = {0, 1, 8, 0, 6, 4, 0, 1};  // Ethernet, IPv4, request
+    std::memcpy(e + 14, arp, 8);
+    std::memcpy(e + 22, kSrcMac.data(), 6);
+    std::memcpy(e + 28, kSrcIp.data(), 4);
+    std::memcpy(e + 38, kDstIp.data(), 4);
+    return f;
+}
+
+/// A GenPort UDP frame (192.0.2.1:1024 -> 198.51.100.1:9) behind a zero header.
+Frame udp_frame(uint64_t seq) {
+    auto fmt = FrameFormat::create(64);
+    EXPECT_TRUE(fmt.has_value());
+    FrameGen gen(*fmt);
+    Frame f(kHdr + 64);
+    EXPECT_EQ(gen.write_frame(seq, f.data() + kHdr, 64), 64u);
+    return f;
+}
+
+/// Sends `f` split in two iovecs inside the header (the guest may split anywhere).
+bool send_split(TapPort& tap, Frame& f) {
+    const std::array<iovec, 2> iov{iovec{f.data(), 5}, iovec{f.data() + 5, f.size() - 5}};
+    return tap.send(iov, static_cast<uint32_t>(f.size()));
+}
+
+/// Reads frames for up to 2 s until one is an ARP reply to 192.0.2.1; the
+/// buffer is split inside the header. Other frames are skipped.
+std::optional<Frame> await_arp_reply(TapPort& tap) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    Frame buf(2048, std::byte{0xee});
+    while (std::chrono::steady_clock::now() < until) {
+        pollfd p{tap.rx_fd(), POLLIN, 0};
+        if (::poll(&p, 1, 100) != 1) continue;
+        const std::array<iovec, 2> iov{iovec{buf.data(), 7}, iovec{buf.data() + 7, buf.size() - 7}};
+        const uint32_t n = tap.recv(iov);
+        if (n < kHdr + 42) continue;
+        const auto* e = reinterpret_cast<const uint8_t*>(buf.data() + kHdr);
+        if (e[12] == 0x08 && e[13] == 0x06 && e[21] == 2 &&
+            std::memcmp(e + 38, kSrcIp.data(), 4) == 0) {
+            buf.resize(n);
+            return buf;
+        }
+    }
+    return std::nullopt;
+}
+
+TEST_F(TapRootTest, KernelAnswersArpWrittenThroughTap) {
+    auto tap = TapPort::open(config("pvt0"));
+    ASSERT_TRUE(tap.has_value()) << to_string(tap.error());
+    address("pvt0");
+    Frame req = arp_request();
+    ASSERT_TRUE(send_split(**tap, req));
+    EXPECT_EQ((*tap)->tx_pkts.get(), 1u);
+    EXPECT_EQ((*tap)->tx_bytes.get(), req.size());
+
+    auto reply = await_arp_reply(**tap);
+    ASSERT_TRUE(reply.has_value()) << "no ARP reply within 2 s";
+    const auto* e = reinterpret_cast<const uint8_t*>(reply->data() + kHdr);
+    EXPECT_EQ(std::memcmp(e, kSrcMac.data(), 6), 0);      // to us
+    EXPECT_EQ(std::memcmp(e + 6, kDstMac.data(), 6), 0);  // from the tap's MAC
+    EXPECT_EQ(std::memcmp(e + 28, kDstIp.data(), 4), 0);  // 198.51.100.1 is-at
+    // tun writes the 10-byte header; num_buffers (bytes 10..11) is ours: 1.
+    EXPECT_EQ(std::to_integer<int>((*reply)[10]), 1);
+    EXPECT_EQ(std::to_integer<int>((*reply)[11]), 0);
+    EXPECT_GE((*tap)->rx_pkts.get(), 1u);
+}
+
+/// A UDP socket bound to 198.51.100.1:9 inside `ns`, closed with the object.
+struct UdpSink {
+    int fd = -1;
+    explicit UdpSink(const std::string& ns) {
+        auto r = udp_socket_in(ns, kDstIp, kUdpDstPort, UdpEnd::Bind);
+        EXPECT_TRUE(r.has_value()) << to_string(r.error());
+        if (r) fd = *r;
+    }
+    ~UdpSink() {
+        if (fd >= 0) ::close(fd);
+    }
+    /// The seq of the next datagram, waiting up to 2 s; nullopt if none.
+    std::optional<uint64_t> next_seq() const {
+        pollfd p{fd, POLLIN, 0};
+        uint8_t payload[64];
+        if (::poll(&p, 1, 2000) != 1 ||
+            ::recv(fd, payload, sizeof payload, 0) != 64 - static_cast<ssize_t>(kHdrBytes)) {
+            return std::nullopt;
+        }
+        uint64_t seq_be = 0;
+        std::memcpy(&seq_be, payload, 8);
+        return __builtin_bswap64(seq_be);
+    }
+};
+
+TEST_F(TapRootTest, UdpFrameReachesSocketInNamespace) {
+    auto tap = TapPort::open(config("pvt0"));
+    ASSERT_TRUE(tap.has_value()) << to_string(tap.error());
+    address("pvt0");
+    UdpSink sink(ns_->name());
+    ASSERT_GE(sink.fd, 0);
+    Frame f = udp_frame(42);
+    ASSERT_TRUE(send_split(**tap, f));
+    EXPECT_EQ(sink.next_seq(), std::optional<uint64_t>(42)) << "datagram not delivered in 2 s";
+}
+
+/// send_batch with io_uring (tx_batch 4: ten frames take three enters) and
+/// without (tx_batch 0: one writev each) gives the same deliveries and counts.
+class TapBatchTest : public TapRootTest, public ::testing::WithParamInterface<uint32_t> {};
+
+TEST_P(TapBatchTest, SendBatchWritesAllAndCountsRejections) {
+    TapConfig c = config("pvt0");
+    c.tx_batch = GetParam();
+    auto tap = TapPort::open(c);
+    ASSERT_TRUE(tap.has_value()) << to_string(tap.error());
+    // io_uring is enabled on the CI kernel: the batched path is what runs.
+    EXPECT_EQ((*tap)->tx_batch_uring(), GetParam() != 0);
+    address("pvt0");
+    UdpSink sink(ns_->name());
+    ASSERT_GE(sink.fd, 0);
+
+    std::vector<Frame> frames;
+    for (uint64_t seq = 0; seq < 10; ++seq) frames.push_back(udp_frame(seq));
+    reinterpret_cast<virtio::virtio_net_hdr*>(frames[3].data())->hdr_len.set(1000);  // EINVAL
+    std::vector<std::array<iovec, 2>> iovs;
+    std::vector<TapTxFrame> batch;
+    iovs.reserve(frames.size());
+    for (Frame& f : frames) {
+        iovs.push_back({iovec{f.data(), 5}, iovec{f.data() + 5, f.size() - 5}});
+        batch.push_back({iovs.back(), static_cast<uint32_t>(f.size())});
+    }
+    batch[6].len -= 1;  // disagrees with its iovecs: never submitted
+    EXPECT_EQ((*tap)->send_batch(batch), 8u);
+    EXPECT_EQ((*tap)->tx_pkts.get(), 8u);
+    EXPECT_EQ((*tap)->tx_drop_errno.get(TapErrno::Inval), 1u);
+    EXPECT_EQ((*tap)->tx_drop_bad_len.get(), 1u);
+    EXPECT_EQ((*tap)->tx_last_errno(), EINVAL);
+    EXPECT_EQ((*tap)->tx_batch_ring_failed.get(), 0u);
+    for (const uint64_t seq : {0u, 1u, 2u, 4u, 5u, 7u, 8u, 9u}) {
+        EXPECT_EQ(sink.next_seq(), std::optional<uint64_t>(seq));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tap, TapBatchTest, ::testing::Values(0u, 4u));
+
+TEST_F(TapRootTest, BadVnetHeaderIsCountedDropWithEinval) {
+    auto tap = TapPort::open(config("pvt0"));
+    ASSERT_TRUE(tap.has_value()) << to_string(tap.error());
+    address("pvt0");
+    auto hdr_of = [](Frame& f) { return reinterpret_cast<virtio::virtio_net_hdr*>(f.data()); };
+
+    Frame long_hdr = udp_frame(1);  // hdr_len beyond the frame
+    hdr_of(long_hdr)->hdr_len.set(1000);
+    Frame far_csum = udp_frame(2);  // csum_start beyond the frame
+    hdr_of(far_csum)->flags = virtio::VIRTIO_NET_HDR_F_NEEDS_CSUM;
+    hdr_of(far_csum)->csum_start.set(500);
+    hdr_of(far_csum)->csum_offset.set(6);
+    Frame bad_type = udp_frame(3);  // no such gso_type
+    hdr_of(bad_type)->gso_type = 2;
+    hdr_of(bad_type)->gso_size.set(100);
+    for (Frame* f : {&long_hdr, &far_csum, &bad_type}) EXPECT_FALSE(send_split(**tap, *f));
+    EXPECT_EQ((*tap)->tx_drop_errno.get(TapErrno::Inval), 3u);
+    EXPECT_EQ((*tap)->tx_drop_errno.total(), 3u);
+    EXPECT_EQ((*tap)->tx_last_errno(), EINVAL);
+    EXPECT_EQ((*tap)->tx_pkts.get(), 0u);
+
+    // A length that disagrees with the iovecs never reaches the kernel.
+    Frame ok = arp_request();
+    const iovec whole{ok.data(), ok.size()};
+    EXPECT_FALSE((*tap)->send({&whole, 1}, static_cast<uint32_t>(ok.size() + 1)));
+    EXPECT_EQ((*tap)->tx_drop_bad_len.get(), 1u);
+
+    // The port goes on working.
+    ASSERT_TRUE(send_split(**tap, ok));
+    EXPECT_TRUE(await_arp_reply(**tap).has_value());
+}
+
+TEST_F(TapRootTest, ReadsCheckTheGuestBufferRoom) {
+    auto tap = TapPort::open(config("pvt0"));
+    ASSERT_TRUE(tap.has_value()) << to_string(tap.error());
+    address("pvt0");
+    // Nothing sent yet: drain whatever the link-up produced, then an empty read.
+    Frame buf(2048);
+    const iovec big{buf.data(), buf.size()};
+    while ((*tap)->rx_pending()) (void)(*tap)->recv({&big, 1});
+    EXPECT_FALSE((*tap)->rx_pending());
+    EXPECT_EQ((*tap)->recv({&big, 1}), 0u);
+    EXPECT_GE((*tap)->rx_empty.get(), 1u);
+
+    // A buffer that cannot hold the header is refused without reading.
+    const iovec tiny{buf.data(), kHdr - 1};
+    EXPECT_EQ((*tap)->recv({&tiny, 1}), 0u);
+    EXPECT_EQ((*tap)->rx_drop_truncated.get(), 1u);
+
+    // The kernel's ARP reply (42 bytes) into 12 + 41 bytes: truncated, counted,
+    // dropped; into exactly 12 + 42 bytes: delivered (tun cuts silently, so
+    // only the extra overflow byte tells the two apart).
+    const uint64_t drained = (*tap)->rx_pkts.get();
+    for (const std::size_t room : {kHdr + 41, kHdr + 42}) {
+        Frame req = arp_request();
+        ASSERT_TRUE(send_split(**tap, req));
+        pollfd p{(*tap)->rx_fd(), POLLIN, 0};
+        ASSERT_EQ(::poll(&p, 1, 2000), 1);
+        const iovec exact{buf.data(), room};
+        EXPECT_EQ((*tap)->recv({&exact, 1}), room == kHdr + 42 ? room : 0u);
+    }
+    EXPECT_EQ((*tap)->rx_drop_truncated.get(), 2u);
+    EXPECT_EQ((*tap)->rx_pkts.get(), drained + 1);
+}
+
+TEST_F(TapRootTest, AttachesToExistingTap) {
+    ASSERT_EQ(ns_->ip({"tuntap", "add", "dev", "pvt1", "mode", "tap", "vnet_hdr"}), 0);
+    auto tap = TapPort::open(config("pvt1"));
+    ASSERT_TRUE(tap.has_value()) << to_string(tap.error());
+    address("pvt1");
+    Frame req = arp_request();
+    ASSERT_TRUE(send_split(**tap, req));
+    EXPECT_TRUE(await_arp_reply(**tap).has_value());
+
+    // A single-queue tap has one reader: a second open is a clear error.
+    auto second = TapPort::open(config("pvt1"));
+    ASSERT_FALSE(second.has_value());
+    EXPECT_STREQ(second.error().op, "TUNSETIFF");
+    EXPECT_EQ(second.error().err, EBUSY);
+}
+
+TEST_F(TapRootTest, MultiQueueTapTakesOnePortPerQueue) {
+    TapConfig c = config("pvt0");
+    c.multi_queue = true;
+    auto q0 = TapPort::open(c);
+    auto q1 = TapPort::open(c);
+    ASSERT_TRUE(q0.has_value()) << to_string(q0.error());
+    ASSERT_TRUE(q1.has_value()) << to_string(q1.error());
+    EXPECT_NE((*q0)->rx_fd(), (*q1)->rx_fd());
+}
+
+TEST_F(TapRootTest, ErrorsNameTheStep) {
+    TapConfig c = config("pvt0");
+    c.netns = "pvnet-no-such-ns";
+    auto r = TapPort::open(c);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_STREQ(r.error().op, "open netns");
+    EXPECT_EQ(r.error().err, ENOENT);
+    c = config("a-name-longer-than-15");
+    r = TapPort::open(c);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_STREQ(r.error().op, "tap name");
+    c = config("pvt0");
+    c.tx_batch = TapPort::kMaxTxBatch + 1;
+    r = TapPort::open(c);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_STREQ(r.error().op, "tx_batch");
+}
+
+/// `ethtool -k <tap>` inside the namespace.
+std::string ethtool_k(const std::string& ns, const std::string& tap) {
+    const std::string cmd = "ip netns exec " + ns + " ethtool -k " + tap + " 2>&1";
+    std::string out;
+    if (FILE* f = ::popen(cmd.c_str(), "r")) {
+        char line[256];
+        while (std::fgets(line, sizeof line, f) != nullptr) out += line;
+        ::pclose(f);
+    }
+    return out;
+}
+
+TEST_F(TapRootTest, OffloadsFromGuestFeaturesReachTheDevice) {
+    using namespace virtio;
+    TapConfig c = config("pvt0");
+    c.offloads = tun_offload_flags((uint64_t{1} << VIRTIO_NET_F_GUEST_CSUM) |
+                                   (uint64_t{1} << VIRTIO_NET_F_GUEST_TSO4));
+    auto tso = TapPort::open(c);
+    ASSERT_TRUE(tso.has_value()) << to_string(tso.error());
+    std::string k = ethtool_k(ns_->name(), "pvt0");
+    EXPECT_NE(k.find("tx-tcp-segmentation: on"), std::string::npos) << k;
+    EXPECT_NE(k.find("tx-tcp6-segmentation: off"), std::string::npos) << k;
+
+    c.name = "pvt1";
+    c.offloads = 0;
+    auto none = TapPort::open(c);
+    ASSERT_TRUE(none.has_value()) << to_string(none.error());
+    k = ethtool_k(ns_->name(), "pvt1");
+    EXPECT_NE(k.find("tx-tcp-segmentation: off"), std::string::npos) << k;
+}
+
+}  // namespace
+}  // namespace pvnet::port
