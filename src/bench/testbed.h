@@ -47,6 +47,8 @@ struct Testbed {
     std::optional<notify::EventFd> rx_kick, tx_kick, rx_call, tx_call;
     std::optional<notify::EventFd> ctrl_kick, ctrl_call;  ///< with fc.ctrl_vq only
     std::unique_ptr<frontend::VirtioNet> fe;
+    bool mergeable_rx = false;   ///< fc.mergeable_rx: the backend gets it too
+    bool indirect_desc = false;  ///< fc.indirect_desc: the backend's rings accept it
 
     /// One queue pair of `queue_size` on both rings.
     std::optional<std::string> setup(uint16_t queue_size, bool event_idx) noexcept {
@@ -84,6 +86,8 @@ struct Testbed {
                                              backend_ctrl_fds());
         if (!f) return "frontend setup";
         fe = std::move(*f);
+        mergeable_rx = fc.mergeable_rx;
+        indirect_desc = fc.indirect_desc;
         return std::nullopt;
     }
 
@@ -99,12 +103,15 @@ struct Testbed {
     frontend::QueuePair& qp() noexcept { return fe->queue_pair(0); }
 
     /// The rings as the guest programmed them, for the backend; with a
-    /// control virtqueue, VIRTIO_NET_F_NOTF_COAL is taken as negotiated.
+    /// control virtqueue, VIRTIO_NET_F_NOTF_COAL is taken as negotiated, and
+    /// MRG_RXBUF and INDIRECT_DESC as the guest set them.
     backend::VhostNetConfig backend_config(bool event_idx) const noexcept {
         backend::VhostNetConfig bc;
         bc.rx.addrs = fe->queue_pair(0).rx_addrs();
         bc.tx.addrs = fe->queue_pair(0).tx_addrs();
         bc.rx.event_idx = bc.tx.event_idx = event_idx;
+        bc.mergeable_rx = mergeable_rx;
+        bc.rx.indirect = bc.tx.indirect = indirect_desc;
         if (fe->ctrl_queue() != nullptr) {
             bc.ctrl.emplace();
             bc.ctrl->ring.addrs = fe->ctrl_addrs();

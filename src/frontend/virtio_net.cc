@@ -3,6 +3,8 @@
 #include "pvnet/frontend/virtio_net.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <new>
 
 #include "pvnet/virtio/virtio_net.h"
@@ -18,12 +20,23 @@ uint32_t pool_size(const VirtioNetConfig& cfg) noexcept {
     return cfg.n_bufs != 0 ? cfg.n_bufs : 2u * (uint32_t{cfg.rx_size} + cfg.tx_size);
 }
 
+uint16_t tx_max_pieces(const VirtioNetConfig& cfg) noexcept {
+    return std::clamp<uint16_t>(cfg.tx_max_pieces, 1, cfg.tx_size);
+}
+
+/// xmit_sg's indirect tables: one per tx slot (SplitDriverQueue's layout).
+uint64_t indirect_bytes(const VirtioNetConfig& cfg) noexcept {
+    const uint16_t n = tx_max_pieces(cfg);
+    return cfg.indirect_desc && n > 1 ? uint64_t{cfg.tx_size} * n * 16u : 0;
+}
+
 }  // namespace
 
 uint64_t QueuePair::area_bytes(const VirtioNetConfig& cfg) noexcept {
     return align_up(ring::split_ring_bytes(cfg.rx_size), 4096) +
            align_up(ring::split_ring_bytes(cfg.tx_size), 4096) +
-           align_up(uint64_t{pool_size(cfg)} * cfg.buf_bytes, 4096);
+           align_up(uint64_t{pool_size(cfg)} * cfg.buf_bytes, 4096) +
+           align_up(indirect_bytes(cfg), 4096);
 }
 
 Result<std::unique_ptr<QueuePair>, FrontendError> QueuePair::create(
@@ -48,12 +61,17 @@ Result<std::unique_ptr<QueuePair>, FrontendError> QueuePair::create(
                                            mem::Access::ReadWrite);
     if (!host) return unexpected(FrontendError::AreaUnmapped);
     d->bufs_host_ = *host;
+    off += align_up(uint64_t{cfg.n_bufs} * cfg.buf_bytes, 4096);
+    const uint16_t max_pieces = tx_max_pieces(cfg);
 
     ring::DriverQueueConfig rq;
     rq.addrs = d->rx_addrs_;
     rq.event_idx = cfg.event_idx;
     ring::DriverQueueConfig tq = rq;
     tq.addrs = d->tx_addrs_;
+    tq.indirect = indirect_bytes(cfg) != 0;
+    tq.indirect_max = max_pieces;
+    tq.indirect_area = base + off;
     auto rx = ring::SplitDriverQueue::create(table, rq);
     auto tx = ring::SplitDriverQueue::create(table, tq);
     if (!rx || !tx) return unexpected(FrontendError::RingSetup);
@@ -63,11 +81,16 @@ Result<std::unique_ptr<QueuePair>, FrontendError> QueuePair::create(
     // tx interrupt stays off (virtio_net without napi_tx). Napi leaves it on.
     if (cfg.tx_mode == TxMode::FreeOnXmit) d->tx_->disable_cb();
     d->clean_tx_at_rx_ = cfg.clean_tx_at_rx && cfg.tx_mode == TxMode::Napi;
-    d->tx_wake_descs_ = cfg.tx_wake_descs == 0 ? kTxMaxChainDescs
+    // check_sq_full_and_disable keeps room for the largest chain: one
+    // descriptor when it goes indirect.
+    d->tx_max_descs_ = tq.indirect ? 1 : max_pieces;
+    d->tx_wake_descs_ = cfg.tx_wake_descs == 0 ? d->tx_max_descs_
                                                 : std::min(cfg.tx_wake_descs, cfg.tx_size);
 
     d->pool_.resize(cfg.n_bufs);
     d->tx_recs_.resize(cfg.n_bufs);
+    d->rx_pieces_.resize(cfg.mergeable_rx ? cfg.rx_size : 1u);
+    d->tx_sg_bufs_.resize(max_pieces);
     for (uint32_t i = 0; i < cfg.n_bufs; ++i) d->pool_[i] = cfg.n_bufs - 1 - i;
     d->pool_top_ = cfg.n_bufs;
     return d;
@@ -93,6 +116,32 @@ uint32_t QueuePair::try_fill_recv() noexcept {
         stats_.rx_kicks.add();
     }
     return added;
+}
+
+std::size_t QueuePair::collect_mergeable(uint64_t& len) noexcept {
+    // VALIDATED: the first buffer holds more than the header (receive checked
+    // its used len); num_buffers is read once, into a local.
+    uint16_t le = 0;
+    std::memcpy(&le, rx_pieces_[0].host + offsetof(virtio::virtio_net_hdr, num_buffers), sizeof le);
+    const uint16_t num = virtio::le_to_host(le);
+    // Rule (5.1.6.4.2): num_buffers is at least 1, and the device uses all of
+    // a packet's buffers together — no more than the ring holds, all there now.
+    const bool sane = num != 0 && num <= rx_pieces_.size();
+    std::size_t n = 1;
+    ring::UsedBuf u;
+    while (sane && n < num && rx_->get_used(u)) {
+        const auto id = static_cast<uint32_t>(u.token);
+        rx_pieces_[n++] = RxPiece{id, buf_host(id), u.len};
+        len += u.len;
+    }
+    if (!sane || n < num) {
+        // Linux: "rx error: %d buffers missing" (rx_length_errors).
+        stats_.rx_length_errors.add();
+        for (std::size_t k = 0; k < n; ++k) free_buf(rx_pieces_[k].buf_id);
+        return 0;
+    }
+    if (n > 1) stats_.rx_merged_pkts.add();
+    return n;
 }
 
 void QueuePair::wait_rx(int64_t timeout_us) noexcept {

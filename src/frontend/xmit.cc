@@ -8,14 +8,17 @@
 // ahead (enable_cb_delayed) or at the next entry (poll_tx's re-arm), so the
 // device always signals before every buffer is used and credit cannot be
 // stranded. FreeOnXmit keeps them off except while the queue is stopped.
+//
+// xmit_sg (start_xmit's xmit_skb with frags): one packet over several slots
+// as one chain, indirect when negotiated; the tx records of its slots are
+// linked from the first, which the used entry's token names.
 #include <cstdint>
 
 #include "pvnet/frontend/virtio_net.h"
 
 namespace pvnet::frontend {
 
-bool QueuePair::xmit(uint32_t buf_id, uint32_t len) noexcept {
-    if (!PVNET_ASSERT(buf_id < cfg_.n_bufs && len > 0 && len <= cfg_.buf_bytes)) return false;
+bool QueuePair::add_one(uint32_t buf_id, uint32_t len) noexcept {
     const ring::Buf b{bufs_gpa_ + uint64_t{buf_id} * cfg_.buf_bytes, len};
     if (tx_->add(std::span<const ring::Buf>(&b, 1), {}, buf_id) != ring::AddStatus::Ok) {
         stats_.tx_drop_ring_full.add();
@@ -23,15 +26,57 @@ bool QueuePair::xmit(uint32_t buf_id, uint32_t len) noexcept {
         return false;
     }
     tx_recs_[buf_id] = TxRecord{};
+    return true;
+}
+
+bool QueuePair::add_sg(std::span<const TxPiece> pieces) noexcept {
+    const uint32_t first = pieces[0].buf_id;
+    if (tx_->add(std::span<const ring::Buf>(tx_sg_bufs_.data(), pieces.size()), {}, first) !=
+        ring::AddStatus::Ok) {
+        stats_.tx_drop_ring_full.add();
+        for (const TxPiece& p : pieces) free_buf(p.buf_id);
+        return false;
+    }
+    for (std::size_t k = 0; k + 1 < pieces.size(); ++k) {
+        tx_recs_[pieces[k].buf_id] = TxRecord{nullptr, 0, pieces[k + 1].buf_id};
+    }
+    tx_recs_[pieces.back().buf_id] = TxRecord{};
+    return true;
+}
+
+uint32_t QueuePair::sg_bufs(std::span<const TxPiece> pieces) noexcept {
+    // Our caller's bug if these fail; never a peer's value.
+    if (!PVNET_ASSERT(!pieces.empty() && pieces.size() <= tx_sg_bufs_.size())) return 0;
+    uint64_t len = 0;
+    for (std::size_t k = 0; k < pieces.size(); ++k) {
+        const TxPiece& p = pieces[k];
+        if (!PVNET_ASSERT(p.buf_id < cfg_.n_bufs && p.len > 0 && p.len <= cfg_.buf_bytes)) {
+            return 0;
+        }
+        tx_sg_bufs_[k] = ring::Buf{bufs_gpa_ + uint64_t{p.buf_id} * cfg_.buf_bytes, p.len};
+        len += p.len;
+    }
+    return static_cast<uint32_t>(len);  // at most tx_size slots of buf_bytes
+}
+
+bool QueuePair::xmit(uint32_t buf_id, uint32_t len) noexcept {
+    if (!PVNET_ASSERT(buf_id < cfg_.n_bufs && len > 0 && len <= cfg_.buf_bytes)) return false;
+    if (!add_one(buf_id, len)) return false;
     stats_.tx_pkts.add();
     stats_.tx_bytes.add(len);
     return true;
 }
 
-XmitStatus QueuePair::xmit(Flow& flow, uint32_t buf_id, uint32_t len) noexcept {
-    if (!PVNET_ASSERT(buf_id < cfg_.n_bufs && len > 0 && len <= cfg_.buf_bytes)) {
-        return XmitStatus::Dropped;
-    }
+bool QueuePair::xmit_sg(std::span<const TxPiece> pieces) noexcept {
+    const uint32_t len = sg_bufs(pieces);
+    if (len == 0 || !add_sg(pieces)) return false;
+    stats_.tx_pkts.add();
+    stats_.tx_bytes.add(len);
+    return true;
+}
+
+template <typename Add>
+XmitStatus QueuePair::start_xmit(Flow& flow, uint32_t first_id, uint32_t len, Add&& add) noexcept {
     // start_xmit without napi_tx: free what the device has used first.
     if (cfg_.tx_mode == TxMode::FreeOnXmit) reap_tx(UINT32_MAX, stats_.tx_completions_at_xmit);
     if (tx_stopped_) {
@@ -42,19 +87,14 @@ XmitStatus QueuePair::xmit(Flow& flow, uint32_t buf_id, uint32_t len) noexcept {
         stats_.tx_no_credit.add();
         return XmitStatus::NoCredit;
     }
-    const ring::Buf b{bufs_gpa_ + uint64_t{buf_id} * cfg_.buf_bytes, len};
-    if (tx_->add(std::span<const ring::Buf>(&b, 1), {}, buf_id) != ring::AddStatus::Ok) {
-        stats_.tx_drop_ring_full.add();
-        free_buf(buf_id);
-        return XmitStatus::Dropped;
-    }
+    if (!add()) return XmitStatus::Dropped;
     flow.charge(len);
     if (flow.release_rule() == SndbufRelease::Orphan) {
         // skb_orphan: the sender may go on at once; completion owes it nothing.
         flow.release(len, false);
-        tx_recs_[buf_id] = TxRecord{};
     } else {
-        tx_recs_[buf_id] = TxRecord{&flow, len};
+        tx_recs_[first_id].flow = &flow;
+        tx_recs_[first_id].len = len;
     }
     stats_.tx_pkts.add();
     stats_.tx_bytes.add(len);
@@ -62,8 +102,21 @@ XmitStatus QueuePair::xmit(Flow& flow, uint32_t buf_id, uint32_t len) noexcept {
     return XmitStatus::Ok;
 }
 
+XmitStatus QueuePair::xmit(Flow& flow, uint32_t buf_id, uint32_t len) noexcept {
+    if (!PVNET_ASSERT(buf_id < cfg_.n_bufs && len > 0 && len <= cfg_.buf_bytes)) {
+        return XmitStatus::Dropped;
+    }
+    return start_xmit(flow, buf_id, len, [&] { return add_one(buf_id, len); });
+}
+
+XmitStatus QueuePair::xmit_sg(Flow& flow, std::span<const TxPiece> pieces) noexcept {
+    const uint32_t len = sg_bufs(pieces);
+    if (len == 0) return XmitStatus::Dropped;
+    return start_xmit(flow, pieces[0].buf_id, len, [&] { return add_sg(pieces); });
+}
+
 void QueuePair::check_sq_full_and_disable() noexcept {
-    if (tx_->num_free() >= kTxMaxChainDescs) return;
+    if (tx_->num_free() >= tx_max_descs_) return;
     tx_stopped_ = true;
     stats_.tx_queue_stops.add();
     if (cfg_.tx_mode == TxMode::Napi) {
@@ -103,12 +156,16 @@ uint32_t QueuePair::reap_tx(uint32_t max, Counter& where) noexcept {
     uint32_t n = 0;
     ring::UsedBuf u;
     while (n < max && tx_->get_used(u)) {
-        // The token is our own buffer id (get_used validated the head).
-        const auto id = static_cast<uint32_t>(u.token);
-        TxRecord& rec = tx_recs_[id];
-        if (rec.flow != nullptr) rec.flow->release(rec.len, true);
-        rec = TxRecord{};
-        free_buf(id);
+        // The token is our own first slot (get_used validated the head);
+        // an xmit_sg packet's other slots hang off it.
+        uint32_t id = static_cast<uint32_t>(u.token);
+        if (tx_recs_[id].flow != nullptr) tx_recs_[id].flow->release(tx_recs_[id].len, true);
+        while (id != kNoBuf) {
+            const uint32_t next = tx_recs_[id].next;
+            tx_recs_[id] = TxRecord{};
+            free_buf(id);
+            id = next;
+        }
         ++n;
     }
     if (n != 0) {

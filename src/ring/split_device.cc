@@ -303,10 +303,9 @@ void SplitDeviceQueue::disable_notify() noexcept {
     if (!event_idx_) store_event(ptrs_.used_flags, virtio::VIRTQ_USED_F_NO_NOTIFY);
 }
 
-bool SplitDeviceQueue::enable_notify() noexcept {
-    if (broken_) return false;
+bool SplitDeviceQueue::rearm_notify(RingIdx event) noexcept {
     if (event_idx_) {
-        store_event(ptrs_.avail_event, last_avail_idx_.value());
+        store_event(ptrs_.avail_event, event.value());
     } else {
         store_event(ptrs_.used_flags, 0);
     }
@@ -314,8 +313,21 @@ bool SplitDeviceQueue::enable_notify() noexcept {
     // before re-reading avail.idx, or a kick suppressed by the old value is
     // lost. Pairs with the fence in the driver's kick_prepare.
     full_fence();
-    if (!observe_avail()) return false;
+    return observe_avail();
+}
+
+bool SplitDeviceQueue::enable_notify() noexcept {
+    if (broken_ || !rearm_notify(last_avail_idx_)) return false;
     const bool more = last_avail_idx_ != shadow_avail_idx_;
+    if (more) stats_.notify_rechecks.add();
+    return more;
+}
+
+bool SplitDeviceQueue::enable_notify_for_more() noexcept {
+    if (broken_) return false;
+    const RingIdx seen = shadow_avail_idx_;
+    if (!rearm_notify(seen)) return false;
+    const bool more = shadow_avail_idx_ != seen;
     if (more) stats_.notify_rechecks.add();
     return more;
 }

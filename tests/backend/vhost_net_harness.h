@@ -83,6 +83,8 @@ struct FakePort {
 
     uint64_t rx_left = 0;  ///< packets waiting; kFlood: always one more
     uint32_t rx_len = 64;  ///< bytes recv() writes
+    std::vector<uint32_t> rx_lens;  ///< if set: packet `seq` is rx_lens[seq % size] bytes
+    bool peek = false;     ///< peek_len() knows the next length (else 0: unknown)
     uint64_t rx_seq = 0;   ///< packets delivered into guest buffers
     uint64_t rx_no_room = 0;
     uint64_t recv_calls = 0;
@@ -96,27 +98,32 @@ struct FakePort {
     std::function<void()> on_recv;  ///< after each recv
 
     bool rx_pending() noexcept { return rx_left != 0; }
+    uint32_t next_len() const noexcept {
+        return rx_lens.empty() ? rx_len : rx_lens[rx_seq % rx_lens.size()];
+    }
+    uint32_t peek_len() noexcept { return peek && rx_left != 0 ? next_len() : 0; }
 
     uint32_t recv(std::span<const iovec> dst) noexcept {
         ++recv_calls;
         if (rx_left != kFlood) --rx_left;
         std::size_t room = 0;
         for (const iovec& v : dst) room += v.iov_len;
+        const uint32_t len = next_len();
         uint32_t ret = 0;
-        if (room < rx_len) {
+        if (room < len) {
             ++rx_no_room;  // dropped: consumed, nothing written
         } else {
-            std::vector<std::byte> pkt(rx_len);
-            write_packet(pkt.data(), rx_seq, rx_len);
+            std::vector<std::byte> pkt(len);
+            write_packet(pkt.data(), rx_seq, len);
             std::size_t off = 0;
             for (const iovec& v : dst) {
-                const std::size_t n = std::min<std::size_t>(v.iov_len, rx_len - off);
+                const std::size_t n = std::min<std::size_t>(v.iov_len, len - off);
                 std::memcpy(v.iov_base, pkt.data() + off, n);
                 off += n;
-                if (off == rx_len) break;
+                if (off == len) break;
             }
             ++rx_seq;
-            ret = rx_len;
+            ret = len;
         }
         if (on_recv) on_recv();
         return ret;
@@ -151,6 +158,7 @@ struct Options {
     notify::CoalesceParams rx_coalesce{};
     notify::CoalesceParams tx_coalesce{};
     uint32_t busyloop_usecs = 0;
+    bool mergeable_rx = false;
 };
 
 /// Guest memory, both rings with a test-driven driver on each, the
@@ -201,6 +209,7 @@ public:
         cfg.rx_coalesce = o.rx_coalesce;
         cfg.tx_coalesce = o.tx_coalesce;
         cfg.busyloop_usecs = o.busyloop_usecs;
+        cfg.mergeable_rx = o.mergeable_rx;
         auto d = Dev::create(table_, cfg,
                              VhostNetFds{&*rx_kick_, &*tx_kick_, &*rx_call_, &*tx_call_}, port);
         if (!d) throw std::runtime_error("VhostNet::create");

@@ -11,7 +11,13 @@
 //   bool     rx_pending() noexcept;                       // a packet waits
 //   uint32_t recv(std::span<const iovec> dst) noexcept;   // hdr+frame, 0 = dropped
 //   bool     send(std::span<const iovec> src, uint32_t len) noexcept;
-// and optionally `int rx_fd() const` to sleep on in event mode.
+// and optionally `int rx_fd() const` to sleep on in event mode, and
+// `uint32_t peek_len()`: hdr+frame bytes of the next packet, 0 if unknown
+// (vhost's peek_head_len), so mergeable rx gathers only the buffers it needs.
+//
+// Mergeable rx buffers (VIRTIO_NET_F_MRG_RXBUF, VIRTIO 1.2 5.1.6.4): a
+// packet fills several single-buffer chains, the first one's header says
+// how many (num_buffers), as vhost's get_rx_bufs does.
 //
 // Interrupts: after each burst's used entries are published, the queue's
 // Coalescer decides whether to signal now (max frames / max usecs, seed
@@ -27,6 +33,7 @@
 
 #include <sys/uio.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -49,8 +56,13 @@ namespace pvnet::backend {
 /// Linux VHOST_NET_PKT_WEIGHT and VHOST_NET_WEIGHT.
 inline constexpr uint32_t kPktWeight = 256;
 inline constexpr uint32_t kByteWeight = 0x80000;
-/// Used entries published (and one signal decision taken) per burst.
+/// Packets whose used entries are published (and one signal decision
+/// taken) per burst.
 inline constexpr uint32_t kMaxBurst = 32;
+/// Mergeable rx gathers this much room when the port cannot peek: the
+/// header and the largest GSO frame (802.1Q Ethernet, IPv6 header, 64 KiB
+/// payload), so no frame is ever truncated.
+inline constexpr uint32_t kMaxRxPacketBytes = 12 + 18 + 40 + 65535;
 
 /// Event: sleep on eventfds between bursts (the kernel-like default).
 /// Poll: spin on the rings with notifications off (DPDK's poll mode).
@@ -82,6 +94,8 @@ struct VhostNetConfig {
     uint32_t busyloop_usecs = 0;
     /// The control virtqueue, when VIRTIO_NET_F_CTRL_VQ was negotiated.
     std::optional<CtrlQueueConfig> ctrl;
+    /// VIRTIO_NET_F_MRG_RXBUF: a packet may fill several rx buffers.
+    bool mergeable_rx = false;
 };
 
 using VhostNetFds = notify::QueuePairFds;
@@ -101,6 +115,8 @@ struct VhostNetStats {
     Counter busy_poll_hits;    ///< a spin found work (no sleep, no kick needed)
     Counter busy_poll_misses;  ///< a spin ran out of budget, then slept
     Counter rx_ring_empty;                         ///< rx stopped: no guest buffers
+    Counter rx_ring_short;     ///< rx stopped: guest buffers too few for a packet (mergeable)
+    Counter rx_merged_pkts;    ///< packets spread over several buffers (mergeable)
     Counter tx_drop_bad_chain;                     ///< writable part or no header
     Counter rx_drop_bad_chain;                     ///< readable part in an rx chain
     Counter rx_drop_no_room;                       ///< frame larger than the buffer
@@ -184,6 +200,27 @@ private:
              std::unique_ptr<notify::Coalescer> rx_co, std::unique_ptr<notify::Coalescer> tx_co,
              std::unique_ptr<CtrlQueue> ctrl, const notify::QueueFds& ctrl_fds,
              notify::EventFd wake, notify::Epoll epoll);
+    /// Mergeable rx: the chains (head, bytes) and pieces one packet fills.
+    struct RxBufs {
+        std::array<ring::UsedElem, ring::kMaxIov> heads;
+        std::array<iovec, ring::kMaxIov> iov;
+    };
+    /// get_rx_bufs: pops single-buffer chains until they hold `need` bytes.
+    /// Ok: gathered (nheads chains, niov pieces), or a bad chain met and all
+    /// nheads returned used with 0 (niov 0); Empty: too few, the nheads
+    /// popped given back; Broken.
+    ring::PopStatus get_rx_bufs(uint32_t need, uint16_t& nheads, std::size_t& niov) noexcept;
+    /// One mergeable packet: gather, recv, num_buffers, used entries.
+    /// Ok: `bytes` written (0: dropped) in `used` entries staged; Empty:
+    /// `given_back` chains were too few for it.
+    ring::PopStatus recv_mergeable(uint32_t& bytes, uint32_t& used,
+                                   uint16_t& given_back) noexcept;
+    /// Guest buffers worth a handle_rx run: pending, and more than the
+    /// last run found too few for a packet.
+    bool rx_ready() noexcept {
+        const uint16_t n = rx_->pending();
+        return n > rx_short_pending_;
+    }
     void worker() noexcept;
     void wait_for_work(int timeout_ms) noexcept;
     bool busy_poll() noexcept;
@@ -215,6 +252,8 @@ private:
     std::unique_ptr<CtrlQueue> ctrl_;         ///< null without VIRTIO_NET_F_CTRL_VQ
     notify::QueueFds ctrl_fds_;
     std::unique_ptr<ring::DescChain> chain_;  ///< reused for every packet
+    std::unique_ptr<RxBufs> rx_bufs_;         ///< mergeable rx only
+    uint16_t rx_short_pending_ = 0;           ///< chains pending when rx came up short
     uint32_t pending_ = 0;                    ///< worker-owned work list
     std::atomic<bool> stop_{false};
     notify::EventFd wake_;                    ///< stop() pokes the sleeping worker

@@ -17,6 +17,12 @@
 // on as is (the guest's io forwarding) and returns to the pool when the tx
 // completion is reaped.
 //
+// Large frames (64 KiB GSO): with mergeable_rx (VIRTIO_NET_F_MRG_RXBUF,
+// VIRTIO 1.2 5.1.6.4) a received packet spans num_buffers slots and
+// poll_rx_packets hands it over as a list of pieces (Linux
+// receive_mergeable); xmit_sg sends one packet spread over several slots as
+// one chain, indirect when indirect_desc (VIRTIO_F_INDIRECT_DESC) is on.
+//
 // With ctrl_vq, the device also has a control virtqueue (VIRTIO 1.2
 // 5.1.6.5): set_coalesce sends VIRTIO_NET_CTRL_NOTF_COAL commands on it
 // one at a time and waits, bounded, for the device's ack, as Linux's
@@ -43,8 +49,22 @@ namespace pvnet::frontend {
 /// Linux NAPI_POLL_WEIGHT.
 inline constexpr uint32_t kNapiBudget = 64;
 
-/// Descriptors the largest tx chain takes (one buffer: header + frame).
-inline constexpr uint16_t kTxMaxChainDescs = 1;
+/// The largest packet, header included: a 64 KiB GSO frame (802.1Q
+/// Ethernet, IPv6 header, 65,535 bytes of payload) behind virtio_net_hdr.
+inline constexpr uint32_t kMaxPacketBytes = 12 + 18 + 40 + 65535;
+
+/// One buffer of a received packet; the first starts with the virtio_net_hdr.
+struct RxPiece {
+    uint32_t buf_id = 0;
+    std::byte* host = nullptr;
+    uint32_t len = 0;  ///< bytes the device wrote (checked against the buffer)
+};
+
+/// One buffer of a packet to send; the first starts with the virtio_net_hdr.
+struct TxPiece {
+    uint32_t buf_id = 0;
+    uint32_t len = 0;
+};
 
 enum class FrontendError : uint8_t {
     AreaTooSmall,
@@ -83,8 +103,18 @@ struct VirtioNetConfig {
     bool clean_tx_at_rx = false;  ///< poll_rx reaps tx completions too (Napi mode only)
     uint32_t busy_poll_usecs = 0; ///< net.core.busy_poll: rx spin before sleeping
     /// A stopped tx queue restarts at this many free descriptors; 0 means
-    /// kTxMaxChainDescs (Linux: the stop threshold). Capped at tx_size.
+    /// the stop threshold (Linux's choice). Capped at tx_size.
     uint16_t tx_wake_descs = 0;
+    /// VIRTIO_NET_F_MRG_RXBUF: a received packet may span several buffers.
+    bool mergeable_rx = false;
+    /// Slots one xmit_sg packet may span, capped at tx_size; to send
+    /// kMaxPacketBytes: ceil(kMaxPacketBytes / buf_bytes). Without indirect
+    /// descriptors the tx queue stops while fewer descriptors than this are
+    /// free (Linux reserves 2 + MAX_SKB_FRAGS); with them a packet takes one.
+    uint16_t tx_max_pieces = 1;
+    /// VIRTIO_F_INDIRECT_DESC: an xmit_sg chain goes into an indirect table
+    /// (laid out after the buffers, tx_max_pieces entries per tx slot).
+    bool indirect_desc = false;
     bool ctrl_vq = false;       ///< VIRTIO_NET_F_CTRL_VQ: lay out a control virtqueue
     uint16_t ctrl_size = 64;    ///< its ring size (>= 4: a command takes 3 descriptors)
     uint32_t ctrl_timeout_us = 1'000'000;  ///< how long a command waits for its ack
@@ -96,6 +126,9 @@ struct VirtioNetStats {
     Counter rx_pkts, rx_bytes, tx_pkts, tx_bytes;
     Counter tx_drop_ring_full;     ///< xmit found no free descriptor
     Counter rx_drop_bad_len;       ///< used len below the header size
+    Counter rx_length_errors;      ///< mergeable: num_buffers 0, too many, or buffers missing
+    Counter rx_merged_pkts;        ///< mergeable: packets that spanned several buffers
+    Counter rx_drop_multi_buf;     ///< such a packet reached poll_rx (single-buffer API)
     Counter napi_polls;
     Counter napi_budget_exhausted;
     Counter rx_kicks, tx_kicks;    ///< doorbells written
@@ -140,8 +173,16 @@ public:
     /// NAPI rx poll: reaps up to `budget` packets, calling
     /// `deliver(buf_id, frame_with_hdr, len)` for each; deliver returns true
     /// if it kept the buffer (it must later xmit or free_buf it).
+    /// With mergeable_rx a packet in several buffers cannot be delivered
+    /// this way: it is dropped (rx_drop_multi_buf); use poll_rx_packets.
     template <typename Deliver>
     uint32_t poll_rx(uint32_t budget, Deliver&& deliver) noexcept;
+    /// poll_rx for packets of one or more buffers (mergeable_rx):
+    /// `deliver(std::span<const RxPiece>)` gets the pieces in order and
+    /// returns true if it kept all of them (each later xmit or free_buf),
+    /// false to give them all back.
+    template <typename Deliver>
+    uint32_t poll_rx_packets(uint32_t budget, Deliver&& deliver) noexcept;
 
     /// net.core.busy_poll: spins on the rx ring for up to `usecs`, delivering
     /// up to `budget` packets as poll_rx does. Returns at the first non-empty
@@ -153,6 +194,11 @@ public:
     template <typename Deliver>
     uint32_t busy_poll_rx(uint32_t budget, Deliver&& deliver) noexcept {
         return busy_poll_rx(budget, deliver, cfg_.busy_poll_usecs);
+    }
+    /// busy_poll_rx delivering as poll_rx_packets does.
+    template <typename Deliver>
+    uint32_t busy_poll_rx_packets(uint32_t budget, Deliver&& deliver, uint32_t usecs) noexcept {
+        return busy_poll(budget, deliver, usecs);
     }
 
     /// Queues buffer `buf_id` (hdr + frame, `len` bytes) for transmit, with
@@ -166,6 +212,13 @@ public:
     /// queue if the ring is full (check_sq_full_and_disable). The flow must
     /// outlive its buffers in flight.
     XmitStatus xmit(Flow& flow, uint32_t buf_id, uint32_t len) noexcept;
+    /// xmit for one packet spread over `pieces` (1..tx_max_pieces slots,
+    /// hdr first), as one descriptor chain (indirect with indirect_desc).
+    /// The completion frees every slot. False: all slots freed, drop counted.
+    bool xmit_sg(std::span<const TxPiece> pieces) noexcept;
+    /// xmit(Flow&, ...) for such a packet: credit is charged and released for
+    /// its total length; on NoCredit / Stopped the caller keeps every slot.
+    XmitStatus xmit_sg(Flow& flow, std::span<const TxPiece> pieces) noexcept;
     /// Publishes queued transmits; kicks if the device wants. In Napi mode
     /// re-arms tx interrupts with the delayed enable (3/4 of what is in
     /// flight), reaping first if that many are already used.
@@ -224,11 +277,14 @@ public:
     uint64_t tx_kicks_suppressed() const noexcept { return tx_->stats().kicks_suppressed.get(); }
 
 private:
+    static constexpr uint32_t kNoBuf = UINT32_MAX;
     /// Who owns a buffer on the tx ring: the flow to credit on completion
-    /// (null if none or orphaned) and the bytes charged. Indexed by buffer id.
+    /// (null if none or orphaned) and the bytes charged, on a packet's first
+    /// slot; `next` links an xmit_sg packet's slots. Indexed by buffer id.
     struct TxRecord {
         Flow* flow = nullptr;
         uint32_t len = 0;
+        uint32_t next = kNoBuf;
     };
 
     QueuePair() = default;
@@ -240,9 +296,38 @@ private:
     /// Napi re-arm with the delayed enable; reaps while it finds work pending.
     void tx_rearm_delayed(Counter& where) noexcept;
     void check_sq_full_and_disable() noexcept;
-    /// The rx reap shared by poll_rx and busy_poll_rx.
+    /// The rx reap shared by the poll functions; `sink` takes a packet's pieces.
+    template <typename Sink>
+    uint32_t receive(uint32_t budget, Sink& sink) noexcept;
+    /// A packet sink for the single-buffer `deliver(buf_id, host, len)`.
     template <typename Deliver>
-    uint32_t receive(uint32_t budget, Deliver& deliver) noexcept;
+    auto single_buffer(Deliver& deliver) noexcept {
+        return [this, &deliver](std::span<const RxPiece> p) noexcept {
+            if (p.size() != 1) {
+                stats_.rx_drop_multi_buf.add();
+                return false;
+            }
+            return static_cast<bool>(deliver(p[0].buf_id, p[0].host, p[0].len));
+        };
+    }
+    /// The busy-poll loop shared by busy_poll_rx and busy_poll_rx_packets.
+    template <typename Sink>
+    uint32_t busy_poll(uint32_t budget, Sink& sink, uint32_t usecs) noexcept;
+    /// receive_mergeable: rx_pieces_[0] is a packet's first buffer; reads its
+    /// num_buffers and reaps the rest. The piece count, or 0 if dropped
+    /// (counted, buffers freed). Adds the bytes to `len`.
+    std::size_t collect_mergeable(uint64_t& len) noexcept;
+    /// xmit_sg's checks and chain: fills tx_sg_bufs_, returns the packet's
+    /// length (0: the caller's bug, asserted).
+    uint32_t sg_bufs(std::span<const TxPiece> pieces) noexcept;
+    /// Adds one slot (add_one) or tx_sg_bufs_ for `pieces` (add_sg, linking
+    /// their records) as a chain; on a full ring frees the slots, counts the drop.
+    bool add_one(uint32_t buf_id, uint32_t len) noexcept;
+    bool add_sg(std::span<const TxPiece> pieces) noexcept;
+    /// start_xmit's flow path around `add`: reap (FreeOnXmit), stopped and
+    /// credit checks, charge, orphan or record the credit on the first slot.
+    template <typename Add>
+    XmitStatus start_xmit(Flow& flow, uint32_t first_id, uint32_t len, Add&& add) noexcept;
 
     VirtioNetConfig cfg_;
     VirtioNetFds fds_;
@@ -253,9 +338,12 @@ private:
     std::vector<uint32_t> pool_;  ///< free buffer ids (a stack), sized once
     uint32_t pool_top_ = 0;
     std::vector<TxRecord> tx_recs_;  ///< per buffer id, sized once
+    std::vector<RxPiece> rx_pieces_;   ///< one packet's buffers: rx_size (mergeable) or 1
+    std::vector<ring::Buf> tx_sg_bufs_;  ///< xmit_sg's chain, tx_max_pieces, sized once
     bool clean_tx_at_rx_ = false;     ///< cfg.clean_tx_at_rx in Napi mode
     bool tx_stopped_ = false;
-    uint16_t tx_wake_descs_ = kTxMaxChainDescs;
+    uint16_t tx_max_descs_ = 1;   ///< descriptors the largest tx chain takes
+    uint16_t tx_wake_descs_ = 1;
     VirtioNetStats stats_;
 };
 
@@ -317,11 +405,12 @@ private:
     VirtioNetCtrlStats ctrl_stats_;
 };
 
-template <typename Deliver>
-uint32_t QueuePair::receive(uint32_t budget, Deliver& deliver) noexcept {
+template <typename Sink>
+uint32_t QueuePair::receive(uint32_t budget, Sink& sink) noexcept {
     uint32_t done = 0;
     uint64_t bytes = 0;
     ring::UsedBuf u;
+    RxPiece* const pieces = rx_pieces_.data();
     while (done < budget && rx_->get_used(u)) {
         const auto id = static_cast<uint32_t>(u.token);
         ++done;
@@ -331,8 +420,17 @@ uint32_t QueuePair::receive(uint32_t budget, Deliver& deliver) noexcept {
             free_buf(id);
             continue;
         }
-        bytes += u.len;
-        if (!deliver(id, buf_host(id), u.len)) free_buf(id);
+        pieces[0] = RxPiece{id, buf_host(id), u.len};
+        std::size_t n = 1;
+        uint64_t len = u.len;
+        if (cfg_.mergeable_rx) {
+            n = collect_mergeable(len);
+            if (n == 0) continue;
+        }
+        bytes += len;
+        if (!sink(std::span<const RxPiece>(pieces, n))) {
+            for (std::size_t k = 0; k < n; ++k) free_buf(pieces[k].buf_id);
+        }
     }
     stats_.rx_pkts.add(done);
     stats_.rx_bytes.add(bytes);
@@ -340,7 +438,7 @@ uint32_t QueuePair::receive(uint32_t budget, Deliver& deliver) noexcept {
 }
 
 template <typename Deliver>
-uint32_t QueuePair::poll_rx(uint32_t budget, Deliver&& deliver) noexcept {
+uint32_t QueuePair::poll_rx_packets(uint32_t budget, Deliver&& deliver) noexcept {
     stats_.napi_polls.add();
     rx_->disable_cb();
     if (clean_tx_at_rx_) poll_cleantx();
@@ -350,16 +448,28 @@ uint32_t QueuePair::poll_rx(uint32_t budget, Deliver&& deliver) noexcept {
 }
 
 template <typename Deliver>
+uint32_t QueuePair::poll_rx(uint32_t budget, Deliver&& deliver) noexcept {
+    auto single = single_buffer(deliver);
+    return poll_rx_packets(budget, single);
+}
+
+template <typename Deliver>
 uint32_t QueuePair::busy_poll_rx(uint32_t budget, Deliver&& deliver, uint32_t usecs) noexcept {
+    auto single = single_buffer(deliver);
+    return busy_poll(budget, single, usecs);
+}
+
+template <typename Sink>
+uint32_t QueuePair::busy_poll(uint32_t budget, Sink& sink, uint32_t usecs) noexcept {
     // Without a spin budget this is a plain NAPI poll: nothing to count as
     // a busy-poll hit or miss.
-    if (usecs == 0) return poll_rx(budget, deliver);
+    if (usecs == 0) return poll_rx_packets(budget, sink);
     rx_->disable_cb();
     if (clean_tx_at_rx_) poll_cleantx();
     // One clock read per empty look: a vDSO call, cheap beside the spin.
     const uint64_t deadline = monotonic_ns() + uint64_t{usecs} * 1000u;
     for (;;) {
-        const uint32_t done = receive(budget, deliver);
+        const uint32_t done = receive(budget, sink);
         if (done != 0) {
             stats_.busy_poll_hits.add();
             return done;

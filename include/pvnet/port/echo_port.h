@@ -51,6 +51,11 @@ public:
     void set_work_ns(uint32_t ns) noexcept { work_ns_ = ns; }
 
     bool rx_pending() const noexcept { return head_ != tail_; }
+    /// hdr + the oldest queued response's bytes; 0 if none is queued.
+    uint32_t peek_len() const noexcept {
+        if (head_ == tail_) return 0;
+        return kHdrBytes + gens_[queue_[head_ % kMaxPending].flow]->frame_bytes();
+    }
 
     /// Delivers the oldest queued response (hdr + frame); 0 if none or no room.
     uint32_t recv(std::span<const iovec> dst) noexcept {

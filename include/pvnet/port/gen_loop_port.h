@@ -26,6 +26,8 @@ public:
     explicit GenLoopPort(const FrameFormat& fmt) noexcept : gen_(fmt), sink_(fmt) {}
 
     bool rx_pending() const noexcept { return !stopped_.load(std::memory_order_relaxed); }
+    /// hdr + the next frame's bytes (all frames are one size).
+    uint32_t peek_len() const noexcept { return kHdrBytes + gen_.frame_bytes(); }
 
     /// Writes hdr + the next frame into `dst`; 0 if it does not fit.
     uint32_t recv(std::span<const iovec> dst) noexcept {

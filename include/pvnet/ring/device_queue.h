@@ -99,6 +99,16 @@ public:
     /// Re-arms kicks, then re-checks avail.idx. True: buffers arrived in the
     /// window, so keep going (and disable again) instead of sleeping.
     bool enable_notify() noexcept;
+    /// As enable_notify, for a device waiting for more than what is already
+    /// available (mergeable rx gave back chains too small for a packet): the
+    /// driver kicks for its next buffer past avail.idx as last observed, not
+    /// past last_avail_idx (vhost_enable_notify's avail_event = vq->avail_idx).
+    /// True if avail.idx moved beyond that meanwhile.
+    bool enable_notify_for_more() noexcept;
+
+    /// A rule the caller checks across chains was broken (a mergeable rx
+    /// packet needing more than kMaxIov pieces): count, break the queue.
+    void mark_broken(RingError e) noexcept { fail(e); }
 
     /// Available chains not yet popped, as last observed (0 when broken).
     uint16_t pending() noexcept;
@@ -123,6 +133,9 @@ private:
         return false;
     }
     bool observe_avail() noexcept;
+    /// Writes the kick threshold `event` (or clears NO_NOTIFY), fences and
+    /// re-reads avail.idx. False if the queue broke.
+    bool rearm_notify(RingIdx event) noexcept;
     bool walk_chain(uint16_t head, DescChain& chain) noexcept;
     bool append_desc(uint64_t gpa, uint32_t len, bool writable, DescChain& chain,
                      uint64_t& total) noexcept;

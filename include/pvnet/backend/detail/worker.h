@@ -58,7 +58,9 @@ Result<std::unique_ptr<VhostNet<Port>>, ring::RingError> VhostNet<Port>::create(
     std::unique_ptr<VhostNet> d(new (std::nothrow) VhostNet(
         cfg, fds, port, std::move(*rx), std::move(*tx), std::move(*rx_co), std::move(*tx_co),
         std::move(ctrl), ctrl_fds, std::move(*wake), std::move(*ep)));
-    if (!d || !d->chain_) return unexpected(ring::RingError::Count);
+    if (!d || !d->chain_ || (cfg.mergeable_rx && !d->rx_bufs_)) {
+        return unexpected(ring::RingError::Count);
+    }
     return d;
 }
 
@@ -80,6 +82,7 @@ VhostNet<Port>::VhostNet(const VhostNetConfig& cfg, const VhostNetFds& fds, Port
       ctrl_(std::move(ctrl)),
       ctrl_fds_(ctrl_fds),
       chain_(new (std::nothrow) ring::DescChain),
+      rx_bufs_(cfg.mergeable_rx ? new (std::nothrow) RxBufs : nullptr),
       wake_(std::move(wake)),
       epoll_(std::move(epoll)),
       rx_sig_{*rx_,
@@ -191,7 +194,7 @@ bool VhostNet<Port>::busy_poll() noexcept {
     for (;;) {
         // One acquire load of avail.idx per ring (pending()), and the port.
         if (tx_->pending() != 0) pending_ |= kTxWork;
-        if (port_.rx_pending() && rx_->pending() != 0) pending_ |= kRxWork;
+        if (port_.rx_pending() && rx_ready()) pending_ |= kRxWork;
         if (ctrl_ && ctrl_->pending() != 0) pending_ |= kCtrlWork;
         if (pending_ != 0) {
             stats_.busy_poll_hits.add();
@@ -293,8 +296,9 @@ void VhostNet<Port>::worker() noexcept {
         if (work & kCtrlWork) handle_ctrl();
         // The port became readable meanwhile (a server answered what tx just
         // sent): queue rx while the guest has buffers for it, as the socket's
-        // wakeup queues handle_rx in vhost. Without buffers, the refill kick does.
-        if (!(pending_ & kRxWork) && port_.rx_pending() && rx_->pending() != 0) {
+        // wakeup queues handle_rx in vhost. Without buffers (or too few for
+        // a mergeable packet), the refill kick does.
+        if (!(pending_ & kRxWork) && port_.rx_pending() && rx_ready()) {
             pending_ |= kRxWork;
         }
     }
