@@ -11,7 +11,7 @@
 
 #include "pvnet/port/gen_loop_port.h"
 #include "pvnet/util/thread.h"
-#include "testbed.h"
+#include "pvnet/bench/testbed.h"
 
 namespace pvnet::bench {
 namespace {

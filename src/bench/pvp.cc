@@ -11,7 +11,7 @@
 
 #include "pvnet/frontend/virtio_net.h"
 #include "pvnet/port/gen_loop_port.h"
-#include "testbed.h"
+#include "pvnet/bench/testbed.h"
 #include "pvnet/util/thread.h"
 
 namespace pvnet::bench {

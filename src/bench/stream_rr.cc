@@ -15,7 +15,7 @@
 #include "pvnet/frontend/flow.h"
 #include "pvnet/port/echo_port.h"
 #include "pvnet/util/thread.h"
-#include "testbed.h"
+#include "pvnet/bench/testbed.h"
 
 namespace pvnet::bench {
 namespace {

@@ -24,7 +24,7 @@
 #include "pvnet/mem/memory_region.h"
 #include "pvnet/ring/driver_queue.h"
 #include "pvnet/virtio/virtio_net.h"
-#include "testbed.h"
+#include "pvnet/bench/testbed.h"
 #include "vhost_net_harness.h"
 
 namespace pvnet::backend {

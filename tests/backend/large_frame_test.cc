@@ -13,7 +13,7 @@
 
 #include "pvnet/backend/vhost_net.h"
 #include "pvnet/frontend/virtio_net.h"
-#include "testbed.h"
+#include "pvnet/bench/testbed.h"
 #include "vhost_net_harness.h"
 
 namespace pvnet::backend {
