@@ -4,6 +4,7 @@
 #   make test       deps, all builds, ctest (release, asan), fuzz each target
 #   make run        deps, release build, then $(RUN_CMD)
 #   make deps       install missing Debian packages (no-op when all present)
+#   make bench-relay the relay experiment into $(BENCH_OUT) (root)
 #
 # Variables (override on the command line, e.g. `make test FUZZ_SECONDS=10`):
 #   FUZZ_SECONDS    seconds per fuzz target in `make test` (default 60)
@@ -30,16 +31,19 @@ FUZZ_DIR    := $(BUILD_ROOT)/fuzz
 TSAN_DIR    := $(BUILD_ROOT)/tsan
 CORPUS_DIR  := tests/fuzz/corpus
 
+# iproute2, iperf3 and iputils-ping: the relay tests (tests/relay/).
 DEB_PACKAGES := build-essential cmake ninja-build g++ clang-14 libclang-rt-14-dev llvm-14 \
                 libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev \
-                libfmt-dev liburing-dev pkg-config
-# Only `make bench` needs these: DPDK's testpmd (the PVP baseline) and gnuplot.
-BENCH_PACKAGES := dpdk dpdk-dev gnuplot-nox
+                libfmt-dev liburing-dev pkg-config \
+                iproute2 iperf3 iputils-ping
+# Only the benches need these: DPDK's testpmd (the PVP baseline), gnuplot, and
+# sockperf (`make bench-relay`, which uses iperf3 and ping as well).
+BENCH_PACKAGES := dpdk dpdk-dev gnuplot-nox sockperf iperf3 iputils-ping
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 CTEST := ctest --output-on-failure --timeout $(CTEST_TIMEOUT) -j $(JOBS)
 
-.PHONY: all deps bench-deps bench build release asan tsan fuzz test test-release test-asan test-tsan test-fuzz run clean
+.PHONY: all deps bench-deps bench bench-relay build release asan tsan fuzz test test-release test-asan test-tsan test-fuzz run clean
 
 all: build
 
@@ -129,6 +133,13 @@ bench: release bench-deps
 	setsid -w $(PVNET) bench pvp --mode poll --frame-bytes 64 --weights baseline,256 \
 	    --testpmd --json $(BENCH_OUT)/pvp-poll.json --plot $(BENCH_OUT)/pvp-poll.png
 	setsid -w $(PVNET) bench fairness --json $(BENCH_OUT)/fairness.json
+
+# veth vs the plain tun relay vs the pvnet relay variants (issue 5, seed 002):
+# iperf3, sockperf and ping between two namespaces; root.
+bench-relay: release bench-deps
+	mkdir -p $(BENCH_OUT)
+	setsid -w $(PVNET) bench relay --repeat 3 --json $(BENCH_OUT)/relay.json \
+	    --plot $(BENCH_OUT)/relay
 
 clean:
 	rm -rf $(BUILD_ROOT)

@@ -11,5 +11,9 @@ void add_bench_pvp(CLI::App& bench);
 void add_bench_fairness(CLI::App& bench);
 /// `pvnet bench stream` and `pvnet bench rr`.
 void add_bench_stream_rr(CLI::App& bench);
+/// `pvnet bench relay`.
+void add_bench_relay(CLI::App& bench);
+/// `pvnet relay`.
+void add_relay_command(CLI::App& app);
 
 }  // namespace pvnet::app

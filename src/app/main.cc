@@ -39,6 +39,8 @@ int run(int argc, char** argv) {
     add_bench_pvp(*bench);
     add_bench_fairness(*bench);
     add_bench_stream_rr(*bench);
+    add_bench_relay(*bench);
+    add_relay_command(app);
 
     try {
         app.parse(argc, argv);

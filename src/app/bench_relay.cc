@@ -1,0 +1,411 @@
+// `pvnet bench relay`: issue 5's experiment (seed 002). Kernel TCP and
+// ping-pong between two namespaces through: a veth pair (the kernel's
+// ceiling), the plain tun relay (what a user writes without rings) and the
+// pvnet relay variants. Each round runs every column once (interleaved),
+// each on freshly made namespaces and taps; medians with min–max of rounds.
+#include <signal.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "app_commands.h"
+#include "bench_common.h"
+#include "pvnet/bench/relay_bench.h"
+
+namespace pvnet::app {
+namespace {
+
+template <typename T>
+struct Cell {
+    std::optional<T> v;
+    std::string error;
+};
+
+/// One column's results in one round.
+struct Round {
+    std::string setup_error;
+    std::vector<Cell<bench::IperfResult>> iperf;  ///< one per --flows entry
+    Cell<bench::SockperfResult> udp, tcp;
+    Cell<bench::PingResult> ping;
+    std::string relay_output;  ///< the relay's final counters line
+};
+
+struct Opts {
+    std::vector<uint16_t> flows{1, 10, 100};
+    std::vector<std::string> variants{"napi", "napi+at-rx", "napi+coalesce", "napi+direct"};
+    int repeat = 3;
+    double seconds = 5;
+    double latency_seconds = 5;
+    uint32_t ping_count = 500;
+    bool skip_veth = false, skip_plain = false, skip_latency = false;
+    std::string json, plot;
+};
+
+template <typename T>
+Cell<T> cell_of(Result<T, std::string> r) {
+    if (r) return {std::move(r.value()), {}};
+    return {std::nullopt, r.error()};
+}
+
+bool tool_in_path(const std::string& tool) {
+    const char* path = std::getenv("PATH");
+    std::string p = path ? path : "/usr/bin:/bin";
+    for (std::size_t from = 0;;) {
+        const std::size_t colon = p.find(':', from);
+        const std::string dir = p.substr(from, colon - from);
+        if (!dir.empty() && ::access((dir + "/" + tool).c_str(), X_OK) == 0) return true;
+        if (colon == std::string::npos) return false;
+        from = colon + 1;
+    }
+}
+
+std::string self_exe() {
+    char buf[PATH_MAX];
+    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
+    return std::string(buf, static_cast<std::size_t>(n));
+}
+
+void on_stop_signal(int) { bench::request_abort(); }
+
+Round run_column(const bench::RelayVariant& v, const Opts& o, const std::string& exe,
+                 const std::string& tag) {
+    Round r;
+    auto bed = bench::RelayBed::create(v, exe, tag);
+    if (!bed) {
+        r.setup_error = bed.error();
+        return r;
+    }
+    for (uint16_t f : o.flows) r.iperf.push_back(cell_of(bench::run_iperf3(**bed, f, o.seconds)));
+    if (!o.skip_latency) {
+        r.udp = cell_of(bench::run_sockperf(**bed, false, o.latency_seconds));
+        r.tcp = cell_of(bench::run_sockperf(**bed, true, o.latency_seconds));
+        r.ping = cell_of(bench::run_ping(**bed, o.ping_count));
+    }
+    r.relay_output = (*bed)->stop_relay();
+    return r;
+}
+
+/// A column's value over rounds: only rounds that measured it count.
+using Getter = std::function<std::optional<double>(const Round&)>;
+
+std::optional<Stat> stat_over(const std::vector<Round>& rounds, const Getter& get) {
+    std::vector<double> v;
+    for (const Round& r : rounds) {
+        if (auto x = get(r)) v.push_back(*x);
+    }
+    if (v.empty()) return std::nullopt;
+    return stat_of(v);
+}
+
+std::string fmt_cell(const std::optional<Stat>& s, int prec) {
+    if (!s) return "-";
+    char b[96];
+    std::snprintf(b, sizeof b, "%.*f (%.*f-%.*f)", prec, s->median, prec, s->min, prec, s->max);
+    return b;
+}
+
+nlohmann::json to_json(const Round& r) {
+    nlohmann::json j;
+    j["relay_output"] = r.relay_output;
+    if (!r.setup_error.empty()) {
+        j["setup_error"] = r.setup_error;
+        return j;
+    }
+    for (const auto& c : r.iperf) {
+        if (!c.v) {
+            j["iperf3"].push_back({{"error", c.error}});
+            continue;
+        }
+        const auto& x = *c.v;
+        j["iperf3"].push_back({{"flows", x.flows}, {"gbps", x.gbps}, {"sent_bytes", x.sent_bytes},
+                               {"received_bytes", x.received_bytes}, {"retransmits", x.retransmits},
+                               {"bytes_per_pkt", x.bytes_per_pkt}, {"cpu_ns", x.cpu_ns},
+                               {"cycles_per_byte", x.cycles_per_byte}});
+    }
+    for (auto [name, c] : {std::pair{"sockperf_udp", &r.udp}, std::pair{"sockperf_tcp", &r.tcp}}) {
+        j[name] = c->v ? nlohmann::json{{"p50_us", c->v->p50_us}, {"p99_us", c->v->p99_us},
+                                        {"p999_us", c->v->p999_us}, {"avg_us", c->v->avg_us},
+                                        {"observations", c->v->observations}}
+                       : nlohmann::json{{"error", c->error}};
+    }
+    j["ping"] = r.ping.v ? nlohmann::json{{"min_ms", r.ping.v->min_ms}, {"avg_ms", r.ping.v->avg_ms},
+                                          {"max_ms", r.ping.v->max_ms}, {"mdev_ms", r.ping.v->mdev_ms},
+                                          {"transmitted", r.ping.v->transmitted},
+                                          {"received", r.ping.v->received}}
+                         : nlohmann::json{{"error", r.ping.error}};
+    return j;
+}
+
+void plot(const Opts& o, const std::vector<bench::RelayVariant>& cols,
+          const std::function<std::optional<Stat>(std::size_t, const Getter&)>& med) {
+    const auto gbps = [](std::size_t fi) -> Getter {
+        return [fi](const Round& r) -> std::optional<double> {
+            if (fi < r.iperf.size() && r.iperf[fi].v) return r.iperf[fi].v->gbps;
+            return std::nullopt;
+        };
+    };
+    // Columns that measured nothing (a failed variant) are left out: gnuplot
+    // refuses a histogram series without a valid point.
+    std::vector<std::size_t> shown;
+    for (std::size_t ci = 0; ci < cols.size(); ++ci) {
+        for (std::size_t fi = 0; fi < o.flows.size(); ++fi) {
+            if (med(ci, gbps(fi))) {
+                shown.push_back(ci);
+                break;
+            }
+        }
+    }
+    if (shown.empty()) throw std::runtime_error("nothing to plot: every run failed");
+    std::string tput = "x";
+    for (std::size_t ci : shown) tput += " \"" + cols[ci].name + "\"";
+    tput += "\n";
+    for (std::size_t fi = 0; fi < o.flows.size(); ++fi) {
+        tput += "\"" + std::to_string(o.flows[fi]) + (o.flows[fi] == 1 ? " flow\"" : " flows\"");
+        for (std::size_t ci : shown) {
+            const auto s = med(ci, gbps(fi));
+            tput += ' ';
+            tput += s ? std::to_string(s->median) : "NaN";
+        }
+        tput += "\n";
+    }
+    const std::string n = std::to_string(shown.size() + 1);
+    gnuplot_png(o.plot + "-throughput.png",
+                "set title 'TCP through the relay (iperf3, medians of " + std::to_string(o.repeat) +
+                    ")'\nset style data histograms\nset style histogram clustered gap 1\n"
+                    "set style fill solid 0.8 border -1\nset ylabel 'Gbit/s'\nset yrange [0:*]\n"
+                    "set key top right\nplot for [i=2:" + n + "] $DATA using i:xtic(1) title columnheader(i)\n",
+                tput);
+    if (o.skip_latency) return;
+    const std::vector<Getter> lat_cols = {
+        [](const Round& r) -> std::optional<double> {
+            return r.udp.v ? std::optional(r.udp.v->p50_us) : std::nullopt;
+        },
+        [](const Round& r) -> std::optional<double> {
+            return r.tcp.v ? std::optional(r.tcp.v->p50_us) : std::nullopt;
+        },
+        [](const Round& r) -> std::optional<double> {
+            return r.ping.v ? std::optional(r.ping.v->avg_ms * 1000) : std::nullopt;
+        }};
+    std::string lat = "x \"sockperf UDP p50\" \"sockperf TCP p50\" \"ping avg\"\n";
+    for (std::size_t ci : shown) {
+        lat += "\"" + cols[ci].name + "\"";
+        for (const Getter& g : lat_cols) {
+            const auto s = med(ci, g);
+            lat += ' ';
+            lat += s ? std::to_string(s->median) : "NaN";
+        }
+        lat += "\n";
+    }
+    gnuplot_png(o.plot + "-latency.png",
+                "set title 'Round trip of 64-byte messages (sockperf ping-pong) and ping -i 0.01, "
+                "medians'\nset style data histograms\nset style histogram clustered gap 1\n"
+                "set style fill solid 0.8 border -1\nset ylabel 'us'\nset yrange [0:*]\n"
+                "set key top left\nplot for [i=2:4] $DATA using i:xtic(1) title columnheader(i)\n",
+                lat);
+}
+
+}  // namespace
+
+void add_bench_relay(CLI::App& bench) {
+    auto o = std::make_shared<Opts>();
+    CLI::App* cmd = bench.add_subcommand(
+        "relay", "veth vs the plain tun relay vs pvnet relay variants: iperf3, sockperf, ping "
+                 "between two namespaces (root)");
+    cmd->add_option("--flows", o->flows, "iperf3 parallel streams, one run each")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 128));
+    cmd->add_option("--variants", o->variants,
+                    "relay columns after veth and plain: plain-nooff, napi, napi+at-rx, "
+                    "napi+coalesce, napi+direct")
+        ->delimiter(',');
+    cmd->add_option("--repeat", o->repeat, "rounds")->check(CLI::Range(1, 100));
+    cmd->add_option("--seconds", o->seconds, "seconds per iperf3 run")->check(CLI::Range(1.0, 600.0));
+    cmd->add_option("--latency-seconds", o->latency_seconds, "seconds per sockperf run")
+        ->check(CLI::Range(1.0, 600.0));
+    cmd->add_option("--ping-count", o->ping_count, "pings at 10 ms intervals")
+        ->check(CLI::Range(1u, 100000u));
+    cmd->add_flag("--skip-veth", o->skip_veth, "no veth column");
+    cmd->add_flag("--skip-plain", o->skip_plain, "no plain tun relay column");
+    cmd->add_flag("--skip-latency", o->skip_latency, "iperf3 only (no sockperf, no ping)");
+    cmd->add_option("--json", o->json, "write every run to this file");
+    cmd->add_option("--plot", o->plot, "write PREFIX-throughput.png and PREFIX-latency.png");
+
+    cmd->callback([o] {
+        if (::geteuid() != 0) {
+            throw std::runtime_error("pvnet bench relay needs root (namespaces, taps, veth)");
+        }
+        std::vector<std::string> tools = {"ip", "iperf3"};
+        if (!o->skip_latency) tools.insert(tools.end(), {"sockperf", "ping"});
+        for (const auto& t : tools) {
+            if (!tool_in_path(t)) {
+                throw std::runtime_error(t + " not found (make bench-deps installs it)");
+            }
+        }
+        std::vector<bench::RelayVariant> cols;
+        std::vector<std::string> names;
+        if (!o->skip_veth) names.push_back("veth");
+        if (!o->skip_plain) names.push_back("plain");
+        names.insert(names.end(), o->variants.begin(), o->variants.end());
+        for (const auto& n : names) {
+            auto v = bench::relay_variant(n);
+            if (!v) throw std::runtime_error(v.error());
+            for (const auto& c : cols) {
+                if (c.name == v->name) throw std::runtime_error("variant '" + n + "' given twice");
+            }
+            cols.push_back(std::move(*v));
+        }
+        if (cols.empty()) throw std::runtime_error("no columns to measure");
+
+        boost_autogroup();
+        // A stop request ends the current tool early; the testbed then tears down.
+        struct sigaction sa {};
+        sa.sa_handler = on_stop_signal;
+        sigaction(SIGINT, &sa, nullptr);
+        sigaction(SIGTERM, &sa, nullptr);
+
+        const std::string exe = self_exe();
+        bench::remove_stale_netns();
+        std::vector<std::vector<Round>> runs(cols.size());
+        const std::size_t total = cols.size() * static_cast<std::size_t>(o->repeat);
+        std::size_t done = 0;
+        bool all_ok = true;
+        for (int r = 0; r < o->repeat && !bench::abort_requested(); ++r) {
+            for (std::size_t ci = 0; ci < cols.size() && !bench::abort_requested(); ++ci) {
+                const std::string tag = std::to_string(::getpid()) + "-" + std::to_string(done);
+                Round round = run_column(cols[ci], *o, exe, tag);
+                ++done;
+                std::string err = round.setup_error;
+                for (const auto& c : round.iperf) {
+                    if (err.empty() && !c.v) err = c.error;
+                }
+                for (const std::string* e : {&round.udp.error, &round.tcp.error, &round.ping.error}) {
+                    if (err.empty()) err = *e;
+                }
+                if (!err.empty()) all_ok = false;
+                std::fprintf(stderr, "[%zu/%zu] %-14s %s\n", done, total, cols[ci].name.c_str(),
+                             err.empty() ? "ok" : ("ERROR: " + err).c_str());
+                runs[ci].push_back(std::move(round));
+            }
+        }
+        if (bench::abort_requested()) throw std::runtime_error("interrupted; namespaces removed");
+
+        const auto med = [&](std::size_t ci, const Getter& g) { return stat_over(runs[ci], g); };
+        std::printf("\nRelay between two namespaces, medians of %d (min-max)\n%-22s", o->repeat, "");
+        for (const auto& c : cols) std::printf(" %-24s", c.name.c_str());
+        std::printf("\n");
+        const auto row = [&](const std::string& name, const Getter& g, int prec, bool na_veth) {
+            std::printf("%-22s", name.c_str());
+            for (std::size_t ci = 0; ci < cols.size(); ++ci) {
+                std::printf(" %-24s", na_veth && cols[ci].veth ? "n/a" : fmt_cell(med(ci, g), prec).c_str());
+            }
+            std::printf("\n");
+        };
+        for (std::size_t fi = 0; fi < o->flows.size(); ++fi) {
+            const auto iperf = [fi](auto field) -> Getter {
+                return [fi, field](const Round& r) -> std::optional<double> {
+                    if (fi < r.iperf.size() && r.iperf[fi].v) return field(*r.iperf[fi].v);
+                    return std::nullopt;
+                };
+            };
+            using I = bench::IperfResult;
+            const std::string f = std::to_string(o->flows[fi]) + (o->flows[fi] == 1 ? " flow " : " flows ");
+            row(f + "Gbit/s", iperf([](const I& x) { return x.gbps; }), 2, false);
+            row(f + "bytes/pkt", iperf([](const I& x) { return x.bytes_per_pkt; }), 0, false);
+            row(f + "cycles/byte", iperf([](const I& x) { return x.cycles_per_byte; }), 2, true);
+            row(f + "retransmits", iperf([](const I& x) { return static_cast<double>(x.retransmits); }),
+                0, false);
+        }
+        if (!o->skip_latency) {
+            using S = bench::SockperfResult;
+            for (const auto& proto_member : {std::pair{"UDP", &Round::udp}, std::pair{"TCP", &Round::tcp}}) {
+                const char* proto = proto_member.first;
+                const auto member = proto_member.second;  // clang 14 cannot capture a binding
+                const auto sp = [member](double S::*field) -> Getter {
+                    return [member, field](const Round& r) -> std::optional<double> {
+                        const auto& c = r.*member;
+                        return c.v ? std::optional((*c.v).*field) : std::nullopt;
+                    };
+                };
+                row(std::string(proto) + " 64B p50 us", sp(&S::p50_us), 1, false);
+                row(std::string(proto) + " 64B p99 us", sp(&S::p99_us), 1, false);
+                row(std::string(proto) + " 64B p99.9 us", sp(&S::p999_us), 1, false);
+            }
+            using P = bench::PingResult;
+            const auto pg = [](double P::*field) -> Getter {
+                return [field](const Round& r) -> std::optional<double> {
+                    return r.ping.v ? std::optional((*r.ping.v).*field) : std::nullopt;
+                };
+            };
+            row("ping rtt min ms", pg(&P::min_ms), 3, false);
+            row("ping rtt avg ms", pg(&P::avg_ms), 3, false);
+            row("ping rtt max ms", pg(&P::max_ms), 3, false);
+        }
+        // The issue's goals are ratios of 1-flow throughput against plain and veth.
+        const Getter first_gbps = [](const Round& r) -> std::optional<double> {
+            if (!r.iperf.empty() && r.iperf[0].v) return r.iperf[0].v->gbps;
+            return std::nullopt;
+        };
+        std::optional<Stat> veth_s, plain_s;
+        for (std::size_t ci = 0; ci < cols.size(); ++ci) {
+            if (cols[ci].name == "veth") veth_s = med(ci, first_gbps);
+            if (cols[ci].name == "plain") plain_s = med(ci, first_gbps);
+        }
+        std::printf("\n%u-flow Gbit/s ratios (medians):", o->flows.front());
+        for (std::size_t ci = 0; ci < cols.size(); ++ci) {
+            const auto s = med(ci, first_gbps);
+            if (!s || cols[ci].veth) continue;
+            std::printf("  %s", cols[ci].name.c_str());
+            if (plain_s && plain_s->median > 0 && cols[ci].name != "plain") {
+                std::printf(" %.2fx plain", s->median / plain_s->median);
+            }
+            if (veth_s && veth_s->median > 0) std::printf(" %.0f%% of veth", 100 * s->median / veth_s->median);
+        }
+        std::printf("\n");
+        for (std::size_t ci = 0; ci < cols.size(); ++ci) {
+            for (std::size_t ri = 0; ri < runs[ci].size(); ++ri) {
+                if (!runs[ci][ri].setup_error.empty()) {
+                    std::printf("%s round %zu: %s\n", cols[ci].name.c_str(), ri + 1,
+                                runs[ci][ri].setup_error.c_str());
+                }
+            }
+        }
+
+        if (!o->json.empty()) {
+            nlohmann::json j;
+            j["experiment"] = "relay";
+            j["repeat"] = o->repeat;
+            j["seconds"] = o->seconds;
+            j["latency_seconds"] = o->latency_seconds;
+            j["ping_count"] = o->ping_count;
+            j["flows"] = o->flows;
+            j["cpu_source"] =
+                "relay process, all threads: /proc/<pid>/task/*/schedstat run time x rdtsc rate, "
+                "per byte iperf3 received";
+            j["bytes_per_pkt_source"] = "host-side interface rx_bytes / rx_packets over the run";
+            for (std::size_t ci = 0; ci < cols.size(); ++ci) {
+                nlohmann::json jc{{"variant", cols[ci].name}, {"veth", cols[ci].veth},
+                                  {"relay_args", cols[ci].relay_args}};
+                for (const Round& r : runs[ci]) jc["rounds"].push_back(to_json(r));
+                j["columns"].push_back(jc);
+            }
+            std::ofstream f(o->json);
+            f << j.dump(2) << "\n";
+            if (!f) throw std::runtime_error("cannot write " + o->json);
+        }
+        if (!o->plot.empty()) plot(*o, cols, med);
+        if (!all_ok) throw std::runtime_error("some runs failed (see ERROR lines)");
+    });
+}
+
+}  // namespace pvnet::app

@@ -1,0 +1,194 @@
+// `pvnet relay`: join tap A (the guest's side) and tap B (the host's side),
+// each in its own namespace if asked (DESIGN.md, "Data flow"). The whole
+// command-line contract of issue 5 is parsed here; `--plain` runs the plain
+// tun relay (src/relay/plain_relay.h), the ring relay is not built yet.
+//
+// Output contract (scripts and `pvnet bench relay` read it): one line
+// "ready" on stdout once both taps are open and the datapath runs, a "stats"
+// line per --stats-interval, a "final" line on SIGINT/SIGTERM, exit 0.
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "app_commands.h"
+#include "pvnet/relay/plain_relay.h"
+
+namespace pvnet::app {
+namespace {
+
+struct RelayOptions {
+    std::string guest_tap, host_tap, guest_netns, host_netns;
+    bool plain = false;
+    std::string tx_mode = "napi";
+    bool at_rx = false;
+    uint32_t tx_frames = 0, tx_usecs = 0, rx_frames = 0, rx_usecs = 0;
+    uint32_t busyloop_usecs = 0, busy_poll_usecs = 0;
+    bool direct = true;
+    uint32_t direct_max = 4;
+    uint16_t queue_size = 256;
+    std::string offloads = "on";
+    int guest_cpu = -1, backend_cpu = -1;
+    double stats_interval = 1.0;
+};
+
+/// TUN_F_* for --offloads: what lets 64 KiB GSO frames and partial checksums through.
+unsigned offload_flags(const RelayOptions& o) {
+    return o.offloads == "on" ? port::kTunFCsum | port::kTunFTso4 | port::kTunFTso6 : 0;
+}
+
+/// SIGINT and SIGTERM as a readable fd. Blocked before any thread starts, so
+/// every thread inherits the mask and only the signalfd sees them.
+int block_stop_signals() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) throw std::runtime_error("sigmask failed");
+    const int fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (fd < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+    return fd;
+}
+
+std::string dir_counters(const char* name, const relay::PlainDirStats& d) {
+    std::string s = std::string(name) + "_frames=" + std::to_string(d.frames.get()) + " " + name +
+                    "_bytes=" + std::to_string(d.bytes.get()) + " " + name +
+                    "_write_eagain=" + std::to_string(d.write_eagain.get()) + " " + name +
+                    "_write_errors=" + std::to_string(d.write_errors()) + " " + name +
+                    "_write_short=" + std::to_string(d.write_short.get()) + " " + name +
+                    "_read_eagain=" + std::to_string(d.read_eagain.get()) + " " + name +
+                    "_read_errors=" + std::to_string(d.read_errors.get()) + " " + name +
+                    "_read_truncated=" + std::to_string(d.read_truncated.get());
+    for (std::size_t e = 0; e < d.write_errno.size(); ++e) {
+        if (const uint64_t n = d.write_errno[e].get(); n != 0) {
+            const char* ename = e + 1 < d.write_errno.size() ? strerrorname_np(static_cast<int>(e))
+                                                              : "other";
+            s += " " + std::string(name) + "_write_errno_" + (ename ? ename : std::to_string(e)) +
+                 "=" + std::to_string(n);
+        }
+    }
+    return s;
+}
+
+void print_counters(const char* tag, const relay::PlainRelayStats& st) {
+    std::printf("%s %s %s polls=%llu\n", tag, dir_counters("g2h", st.guest_to_host).c_str(),
+                dir_counters("h2g", st.host_to_guest).c_str(),
+                static_cast<unsigned long long>(st.polls.get()));
+    std::fflush(stdout);
+}
+
+void run_plain(const RelayOptions& o) {
+    const int sfd = block_stop_signals();
+    relay::PlainRelayConfig cfg;
+    cfg.guest.name = o.guest_tap;
+    cfg.guest.netns = o.guest_netns;
+    cfg.guest.offloads = offload_flags(o);
+    cfg.host.name = o.host_tap;
+    cfg.host.netns = o.host_netns;
+    cfg.host.offloads = offload_flags(o);
+    cfg.cpu = o.backend_cpu;
+    auto r = relay::PlainRelay::open(cfg);
+    if (!r) {
+        ::close(sfd);
+        throw std::runtime_error("opening the taps: " + port::to_string(r.error()));
+    }
+    relay::PlainRelay& relay = **r;
+
+    std::atomic<bool> stop{false}, ended{false};
+    Status<port::SysError> result;
+    std::thread worker([&] {
+        result = relay.run(stop);
+        ended.store(true);
+    });
+    std::printf("ready\n");
+    std::fflush(stdout);
+
+    using Clock = std::chrono::steady_clock;
+    const auto interval = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(o.stats_interval));
+    auto next_stats = Clock::now() + interval;
+    // Short waits: the relay thread's own end (a tap gone) is noticed within 100 ms.
+    while (!ended.load()) {
+        pollfd p{sfd, POLLIN, 0};
+        if (::poll(&p, 1, 100) == 1) {
+            signalfd_siginfo si;
+            if (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) break;
+        }
+        if (o.stats_interval > 0 && Clock::now() >= next_stats) {
+            print_counters("stats", relay.stats());
+            next_stats += interval;
+        }
+    }
+    stop.store(true);
+    worker.join();
+    ::close(sfd);
+    print_counters("final", relay.stats());
+    if (!result) throw std::runtime_error("relay stopped: " + port::to_string(result.error()));
+}
+
+}  // namespace
+
+void add_relay_command(CLI::App& app) {
+    auto o = std::make_shared<RelayOptions>();
+    CLI::App* cmd = app.add_subcommand(
+        "relay", "Relay frames between tap A (guest side) and tap B (host side); root needed");
+    cmd->add_option("--guest-tap", o->guest_tap, "tap A: created, or attached to if it exists")
+        ->required();
+    cmd->add_option("--host-tap", o->host_tap, "tap B: created, or attached to if it exists")
+        ->required();
+    cmd->add_option("--guest-netns", o->guest_netns, "existing namespace of tap A (ip netns name)");
+    cmd->add_option("--host-netns", o->host_netns, "existing namespace of tap B (ip netns name)");
+    cmd->add_flag("--plain", o->plain,
+                  "the plain tun relay: one thread, poll + read + write per frame (the baseline)");
+    // The ring relay's options; the plain relay rejects them rather than ignore them.
+    CLI::Option* ring_opts[] = {
+        cmd->add_option("--tx-mode", o->tx_mode, "guest tx completion: napi or free-on-xmit")
+            ->check(CLI::IsMember({"napi", "free-on-xmit"})),
+        cmd->add_flag("--at-rx", o->at_rx, "guest reaps tx completions from rx NAPI"),
+        cmd->add_option("--tx-frames", o->tx_frames, "tx completions per interrupt (0: off)"),
+        cmd->add_option("--tx-usecs", o->tx_usecs, "tx interrupt delay, us (0: off)"),
+        cmd->add_option("--rx-frames", o->rx_frames, "rx packets per interrupt (0: off)"),
+        cmd->add_option("--rx-usecs", o->rx_usecs, "rx interrupt delay, us (0: off)"),
+        cmd->add_option("--busyloop-usecs", o->busyloop_usecs, "backend spins before sleeping, us"),
+        cmd->add_option("--busy-poll-usecs", o->busy_poll_usecs, "guest spins on rx, us"),
+        cmd->add_flag("--direct,!--no-direct", o->direct,
+                      "small batches run the backend's tx in the guest's context (default on)"),
+        cmd->add_option("--direct-max", o->direct_max, "largest batch sent the direct way")
+            ->check(CLI::Range(1u, 256u)),
+        cmd->add_option("--queue-size", o->queue_size, "virtqueue size (power of two)")
+            ->check(CLI::Range(2, 32768)),
+        cmd->add_option("--guest-cpu", o->guest_cpu, "CPU of the guest thread (-1: any)"),
+    };
+    cmd->add_option("--offloads", o->offloads,
+                    "on: TUNSETOFFLOAD CSUM|TSO4|TSO6 on both taps (GSO frames pass); off: none")
+        ->check(CLI::IsMember({"on", "off"}));
+    cmd->add_option("--backend-cpu", o->backend_cpu,
+                    "CPU of the backend thread, or of the --plain relay's one thread (-1: any)");
+    cmd->add_option("--stats-interval", o->stats_interval, "seconds between stats lines (0: none)")
+        ->check(CLI::Range(0.0, 3600.0));
+
+    cmd->callback([o, ring_opts] {
+        if (!o->plain) {
+            std::fprintf(stderr, "pvnet relay: ring relay not built yet\n");
+            throw CLI::RuntimeError(2);
+        }
+        for (const CLI::Option* opt : ring_opts) {
+            if (opt->count() != 0) {
+                throw std::runtime_error(opt->get_name() + " applies to the ring relay, not --plain");
+            }
+        }
+        run_plain(*o);
+    });
+}
+
+}  // namespace pvnet::app
