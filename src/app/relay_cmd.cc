@@ -1,7 +1,8 @@
 // `pvnet relay`: join tap A (the guest's side) and tap B (the host's side),
 // each in its own namespace if asked (DESIGN.md, "Data flow"). The whole
 // command-line contract of issue 5 is parsed here; `--plain` runs the plain
-// tun relay (src/relay/plain_relay.h), the ring relay is not built yet.
+// tun relay (include/pvnet/relay/plain_relay.h), otherwise the ring relay
+// (include/pvnet/relay/ring_relay.h).
 //
 // Output contract (scripts and `pvnet bench relay` read it): one line
 // "ready" on stdout once both taps are open and the datapath runs, a "stats"
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -23,6 +25,7 @@
 
 #include "app_commands.h"
 #include "pvnet/relay/plain_relay.h"
+#include "pvnet/relay/ring_relay.h"
 
 namespace pvnet::app {
 namespace {
@@ -87,6 +90,30 @@ void print_counters(const char* tag, const relay::PlainRelayStats& st) {
     std::fflush(stdout);
 }
 
+/// Prints "ready", then a `print("stats")` line per --stats-interval until
+/// SIGINT/SIGTERM arrive on `sfd` or `ended()` says the datapath stopped.
+void serve(int sfd, const RelayOptions& o, const std::function<void(const char*)>& print,
+           const std::function<bool()>& ended) {
+    std::printf("ready\n");
+    std::fflush(stdout);
+    using Clock = std::chrono::steady_clock;
+    const auto interval = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(o.stats_interval));
+    auto next_stats = Clock::now() + interval;
+    // Short waits: the datapath's own end (a tap gone) is noticed within 100 ms.
+    while (!ended()) {
+        pollfd p{sfd, POLLIN, 0};
+        if (::poll(&p, 1, 100) == 1) {
+            signalfd_siginfo si;
+            if (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) break;
+        }
+        if (o.stats_interval > 0 && Clock::now() >= next_stats) {
+            print("stats");
+            next_stats += interval;
+        }
+    }
+}
+
 void run_plain(const RelayOptions& o) {
     const int sfd = block_stop_signals();
     relay::PlainRelayConfig cfg;
@@ -110,30 +137,76 @@ void run_plain(const RelayOptions& o) {
         result = relay.run(stop);
         ended.store(true);
     });
-    std::printf("ready\n");
-    std::fflush(stdout);
-
-    using Clock = std::chrono::steady_clock;
-    const auto interval = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(o.stats_interval));
-    auto next_stats = Clock::now() + interval;
-    // Short waits: the relay thread's own end (a tap gone) is noticed within 100 ms.
-    while (!ended.load()) {
-        pollfd p{sfd, POLLIN, 0};
-        if (::poll(&p, 1, 100) == 1) {
-            signalfd_siginfo si;
-            if (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) break;
-        }
-        if (o.stats_interval > 0 && Clock::now() >= next_stats) {
-            print_counters("stats", relay.stats());
-            next_stats += interval;
-        }
-    }
+    serve(sfd, o, [&](const char* tag) { print_counters(tag, relay.stats()); },
+          [&] { return ended.load(); });
     stop.store(true);
     worker.join();
     ::close(sfd);
     print_counters("final", relay.stats());
     if (!result) throw std::runtime_error("relay stopped: " + port::to_string(result.error()));
+}
+
+/// The ring relay's counters as one line, the same key=value shape as the plain relay's.
+void print_ring_counters(const char* tag, const relay::RingRelay& r) {
+    const relay::RingRelayCounters c = r.counters();
+    std::printf(
+        "%s g2h_frames=%llu g2h_bytes=%llu h2g_frames=%llu h2g_bytes=%llu gso_g2h=%llu "
+        "gso_h2g=%llu max_g2h_frame=%llu kicks=%llu interrupts=%llu direct_runs=%llu "
+        "direct_busy=%llu tap_a_drops=%llu tap_a_einval=%llu tap_b_drops=%llu tap_b_einval=%llu "
+        "ring_drops=%llu broken=%d\n",
+        tag, static_cast<unsigned long long>(c.a_to_b_pkts),
+        static_cast<unsigned long long>(c.a_to_b_bytes),
+        static_cast<unsigned long long>(c.b_to_a_pkts),
+        static_cast<unsigned long long>(c.b_to_a_bytes),
+        static_cast<unsigned long long>(c.gso_frames_tx),
+        static_cast<unsigned long long>(c.gso_frames_rx),
+        static_cast<unsigned long long>(c.max_tx_frame), static_cast<unsigned long long>(c.kicks),
+        static_cast<unsigned long long>(c.interrupts),
+        static_cast<unsigned long long>(c.direct_runs),
+        static_cast<unsigned long long>(c.direct_busy),
+        static_cast<unsigned long long>(c.tap_a_drops),
+        static_cast<unsigned long long>(c.tap_a_einval),
+        static_cast<unsigned long long>(c.tap_b_drops),
+        static_cast<unsigned long long>(c.tap_b_einval),
+        static_cast<unsigned long long>(c.ring_drops), c.broken ? 1 : 0);
+    std::fflush(stdout);
+}
+
+void run_ring(const RelayOptions& o) {
+    const int sfd = block_stop_signals();
+    relay::RingRelayConfig cfg;
+    cfg.guest_tap.name = o.guest_tap;
+    cfg.guest_tap.netns = o.guest_netns;
+    cfg.host_tap.name = o.host_tap;
+    cfg.host_tap.netns = o.host_netns;
+    cfg.offloads = o.offloads == "on";
+    cfg.fe.rx_size = cfg.fe.tx_size = o.queue_size;
+    cfg.fe.tx_mode = o.tx_mode == "napi" ? frontend::TxMode::Napi : frontend::TxMode::FreeOnXmit;
+    cfg.fe.clean_tx_at_rx = o.at_rx;
+    cfg.fe.busy_poll_usecs = o.busy_poll_usecs;
+    cfg.rx_coalesce = notify::CoalesceParams{o.rx_frames, o.rx_usecs};
+    cfg.tx_coalesce = notify::CoalesceParams{o.tx_frames, o.tx_usecs};
+    cfg.busyloop_usecs = o.busyloop_usecs;
+    cfg.direct = o.direct;
+    cfg.direct_max = o.direct_max;
+    cfg.guest_cpu = o.guest_cpu;
+    cfg.backend_cpu = o.backend_cpu;
+    auto r = relay::RingRelay::create(cfg);
+    if (!r) {
+        ::close(sfd);
+        throw std::runtime_error(r.error());
+    }
+    relay::RingRelay& relay = **r;
+    if (auto st = relay.start(); !st) {
+        ::close(sfd);
+        throw std::runtime_error(st.error());
+    }
+    serve(sfd, o, [&](const char* tag) { print_ring_counters(tag, relay); },
+          [&] { return relay.counters().broken; });
+    relay.stop();
+    ::close(sfd);
+    print_ring_counters("final", relay);
+    if (relay.counters().broken) throw std::runtime_error("relay stopped: a queue broke");
 }
 
 }  // namespace
@@ -166,7 +239,7 @@ void add_relay_command(CLI::App& app) {
         cmd->add_option("--direct-max", o->direct_max, "largest batch sent the direct way")
             ->check(CLI::Range(1u, 256u)),
         cmd->add_option("--queue-size", o->queue_size, "virtqueue size (power of two)")
-            ->check(CLI::Range(2, 32768)),
+            ->check(CLI::Range(64, 1024)),
         cmd->add_option("--guest-cpu", o->guest_cpu, "CPU of the guest thread (-1: any)"),
     };
     cmd->add_option("--offloads", o->offloads,
@@ -179,8 +252,8 @@ void add_relay_command(CLI::App& app) {
 
     cmd->callback([o, ring_opts] {
         if (!o->plain) {
-            std::fprintf(stderr, "pvnet relay: ring relay not built yet\n");
-            throw CLI::RuntimeError(2);
+            run_ring(*o);
+            return;
         }
         for (const CLI::Option* opt : ring_opts) {
             if (opt->count() != 0) {

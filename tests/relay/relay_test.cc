@@ -38,6 +38,9 @@ constexpr uint64_t kInFlightBytes = 32u << 20;
 
 const RelayCase kRelays[] = {
     {"Plain", {"--plain"}},
+    {"Napi", {"--tx-mode", "napi", "--no-direct"}},
+    {"NapiAtRxDirect", {"--tx-mode", "napi", "--at-rx", "--direct"}},
+    {"FreeOnXmitCoalesce", {"--tx-mode", "free-on-xmit", "--tx-frames", "64", "--tx-usecs", "64"}},
 };
 
 class RelayPath : public ::testing::TestWithParam<RelayCase> {

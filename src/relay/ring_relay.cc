@@ -1,0 +1,192 @@
+// RingRelay: the guest thread (frontend serving tap A) and the setup of the
+// backend serving tap B. See include/pvnet/relay/ring_relay.h.
+#include "pvnet/relay/ring_relay.h"
+
+#include <poll.h>
+
+#include <cstring>
+
+#include "pvnet/util/thread.h"
+#include "pvnet/virtio/virtio_config.h"
+#include "pvnet/virtio/virtio_net.h"
+
+namespace pvnet::relay {
+namespace {
+
+/// What tap A may hand the guest (HOST_TSO*) and tap B the backend
+/// (GUEST_TSO*): the same set, CSUM + TSO4/6, or nothing.
+unsigned tap_offloads(bool on) noexcept {
+    return on ? port::kTunFCsum | port::kTunFTso4 | port::kTunFTso6 : 0u;
+}
+
+uint64_t drops(const port::TapPort& t) noexcept { return t.tx_drop_errno.total(); }
+
+bool is_gso(const std::byte* hdr, uint32_t len) noexcept {
+    virtio::virtio_net_hdr h;
+    if (len < sizeof h) return false;
+    std::memcpy(&h, hdr, sizeof h);
+    return h.gso_type != virtio::VIRTIO_NET_HDR_GSO_NONE;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRelayConfig& cfg) {
+    std::unique_ptr<RingRelay> r(new RingRelay());
+    r->cfg_ = cfg;
+    port::TapConfig a = cfg.guest_tap, b = cfg.host_tap;
+    a.offloads = b.offloads = tap_offloads(cfg.offloads);
+    a.link_up = b.link_up = true;
+    auto ta = port::TapPort::open(a);
+    if (!ta) return unexpected("tap " + a.name + ": " + port::to_string(ta.error()));
+    auto tb = port::TapPort::open(b);
+    if (!tb) return unexpected("tap " + b.name + ": " + port::to_string(tb.error()));
+    r->tap_a_ = std::move(*ta);
+    r->tap_b_ = std::move(*tb);
+
+    frontend::VirtioNetConfig fc = cfg.fe;
+    fc.ctrl_vq = true;
+    fc.buf_bytes = kSlotBytes;
+    fc.indirect_desc = true;
+    fc.mergeable_rx = true;
+    // A 64 KiB GSO frame spans kMaxPieces slots; without offloads a frame
+    // fits one. The pool holds the rx ring's slots and a full tx ring of
+    // average frames several slots long; xmit stops when it runs dry.
+    r->max_pieces_ = cfg.offloads ? kMaxPieces : 1;
+    fc.tx_max_pieces = static_cast<uint16_t>(r->max_pieces_);
+    fc.n_bufs = 2u * fc.rx_size + 8u * fc.tx_size;
+    if (auto err = r->tb_.setup(fc)) return unexpected("guest setup: " + *err);
+    backend::VhostNetConfig bc = r->tb_.backend_config(fc.event_idx);
+    bc.rx_weight = cfg.rx_weight;
+    bc.tx_weight = cfg.tx_weight;
+    bc.busyloop_usecs = cfg.busyloop_usecs;
+    auto dev = backend::VhostNet<port::TapPort>::create(r->tb_.backend_table, bc, r->tb_.backend_fds(),
+                                                        *r->tap_b_, r->tb_.backend_ctrl_fds());
+    if (!dev) return unexpected(std::string("backend setup failed"));
+    r->dev_ = std::move(*dev);
+    r->flow_ = std::make_unique<frontend::Flow>(UINT32_MAX, frontend::SndbufRelease::Orphan);
+    return r;
+}
+
+Status<std::string> RingRelay::start() {
+    if (started_) return {};
+    started_ = true;
+    dev_->start(cfg_.backend_cpu);
+    if (!tb_.fe->set_coalesce(cfg_.rx_coalesce, cfg_.tx_coalesce)) {
+        return unexpected(std::string("NOTF_COAL control request failed"));
+    }
+    guest_thread_ = std::thread([this] { guest_loop(); });
+    return {};
+}
+
+void RingRelay::stop() noexcept {
+    if (!started_) return;
+    stop_.store(true, std::memory_order_relaxed);
+    tb_.rx_call->signal();  // wakes a sleeping guest thread
+    if (guest_thread_.joinable()) guest_thread_.join();
+    dev_->stop();
+    started_ = false;
+}
+
+uint32_t RingRelay::guest_xmit() noexcept {
+    frontend::QueuePair& qp = tb_.qp();
+    const uint32_t slot = qp.buf_bytes();
+    uint32_t queued = 0;
+    while (queued < frontend::kNapiBudget && !qp.tx_stopped() && qp.free_bufs() >= max_pieces_) {
+        // Room for the largest frame tap A may hand us: tun cuts what does
+        // not fit, so the read gets every slot a frame could need, and the
+        // ones it did not fill go straight back.
+        for (uint32_t i = 0; i < max_pieces_; ++i) {
+            (void)qp.alloc_buf(tx_ids_[i]);
+            tx_iov_[i] = iovec{qp.buf_host(tx_ids_[i]), slot};
+        }
+        const uint32_t len = tap_a_->recv(std::span<const iovec>(tx_iov_.data(), max_pieces_));
+        const uint32_t used = (len + slot - 1) / slot;
+        for (uint32_t i = max_pieces_; i-- > used;) qp.free_buf(tx_ids_[i]);
+        if (len == 0) break;
+        for (uint32_t i = 0; i < used; ++i) {
+            tx_pieces_[i] = frontend::TxPiece{tx_ids_[i], i + 1 < used ? slot : len - i * slot};
+        }
+        const bool gso = is_gso(qp.buf_host(tx_ids_[0]), len);
+        const frontend::XmitStatus st =
+            qp.xmit_sg(*flow_, std::span<const frontend::TxPiece>(tx_pieces_.data(), used));
+        if (st != frontend::XmitStatus::Ok) {
+            // Dropped: xmit_sg freed the slots and counted it (a broken
+            // ring). Stopped cannot happen (checked above, nothing else runs
+            // the queue), but the frame is gone either way: count it.
+            if (st != frontend::XmitStatus::Dropped) {
+                for (uint32_t i = 0; i < used; ++i) qp.free_buf(tx_ids_[i]);
+                lost_.add();
+            }
+            break;
+        }
+        if (gso) gso_tx_.add();
+        if (len > max_tx_frame_.get()) max_tx_frame_.add(len - max_tx_frame_.get());
+        ++queued;
+    }
+    return queued;
+}
+
+void RingRelay::guest_loop() noexcept {
+    pin_current_thread(cfg_.guest_cpu);
+    frontend::QueuePair& qp = tb_.qp();
+    qp.try_fill_recv();
+    while (!stop_.load(std::memory_order_relaxed)) {
+        // Rx NAPI: the device's frames into tap A (and, with at-rx, tx
+        // completions reaped on the way).
+        const uint32_t n = qp.busy_poll_rx_packets(
+            frontend::kNapiBudget,
+            [&](std::span<const frontend::RxPiece> pieces) {
+                if (pieces.size() > rx_iov_.size()) {
+                    lost_.add();  // more pieces than a ring this size can hold: not ours
+                    return false;
+                }
+                uint32_t len = 0;
+                for (std::size_t i = 0; i < pieces.size(); ++i) {
+                    rx_iov_[i] = iovec{pieces[i].host, pieces[i].len};
+                    len += pieces[i].len;
+                }
+                if (is_gso(pieces[0].host, pieces[0].len)) gso_rx_.add();
+                tap_a_->send(std::span<const iovec>(rx_iov_.data(), pieces.size()), len);
+                return false;
+            },
+            cfg_.fe.busy_poll_usecs);
+        if (n != 0) qp.try_fill_recv();
+        qp.tx_interrupt();
+        const uint32_t queued = guest_xmit();
+        if (queued != 0) qp.tx_flush();
+        if (n == 0 && queued == 0 && qp.napi_complete()) {
+            // Idle: sleep on tap A (unless the tx queue is stopped: then only
+            // the tx interrupt can restart it) and both interrupts.
+            pollfd p[3] = {{tap_a_->rx_fd(), static_cast<short>(qp.tx_stopped() ? 0 : POLLIN), 0},
+                           {tb_.rx_call->fd(), POLLIN, 0},
+                           {tb_.tx_call->fd(), POLLIN, 0}};
+            if (poll(p, 3, 100) > 0 && (p[1].revents & POLLIN)) tb_.rx_call->consume();
+        }
+    }
+}
+
+RingRelayCounters RingRelay::counters() const noexcept {
+    const auto& fs = tb_.fe->queue_pair(0).stats();
+    const auto& bs = dev_->stats();
+    RingRelayCounters c;
+    c.a_to_b_pkts = bs.tx_pkts.get();
+    c.a_to_b_bytes = bs.tx_bytes.get();
+    c.b_to_a_pkts = fs.rx_pkts.get();
+    c.b_to_a_bytes = fs.rx_bytes.get();
+    c.kicks = fs.rx_kicks.get() + fs.tx_kicks.get();
+    c.interrupts = bs.rx_calls.get() + bs.tx_calls.get();
+    c.tap_a_drops = drops(*tap_a_);
+    c.tap_b_drops = drops(*tap_b_);
+    c.tap_a_einval = tap_a_->tx_drop_errno.get(port::TapErrno::Inval);
+    c.tap_b_einval = tap_b_->tx_drop_errno.get(port::TapErrno::Inval);
+    c.gso_frames_tx = gso_tx_.get();
+    c.gso_frames_rx = gso_rx_.get();
+    c.max_tx_frame = max_tx_frame_.get();
+    c.ring_drops = lost_.get() + fs.tx_drop_ring_full.get() + fs.rx_drop_bad_len.get() +
+                   bs.tx_drop_bad_chain.get() + bs.rx_drop_bad_chain.get() +
+                   bs.rx_drop_no_room.get();
+    c.broken = tb_.any_broken(dev_->rx_queue(), dev_->tx_queue());
+    return c;
+}
+
+}  // namespace pvnet::relay
