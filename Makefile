@@ -73,10 +73,11 @@ asan: deps
 	CXX=g++ cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPVNET_SANITIZE=ON
 	cmake --build $(ASAN_DIR) -j$(JOBS)
 
-# ThreadSanitizer for the tests where threads meet (the two-thread ring test).
+# ThreadSanitizer for the tests where threads meet (the two-thread ring test,
+# the direct path's stress: the guest's thread and the worker share tx_mu_).
 tsan: deps
 	CXX=g++ cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPVNET_TSAN=ON
-	cmake --build $(TSAN_DIR) -j$(JOBS) --target split_two_thread_test
+	cmake --build $(TSAN_DIR) -j$(JOBS) --target split_two_thread_test direct_path_test
 
 fuzz: deps
 	CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_DIR) -G Ninja \
@@ -97,7 +98,7 @@ test-asan:
 	cd $(ASAN_DIR) && $(CTEST) $(ASAN_CTEST_ARGS)
 
 test-tsan: tsan
-	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -R 'SplitTwoThread|SplitLostWakeup|SplitRearm'
+	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -R 'SplitTwoThread|SplitLostWakeup|SplitRearm|DirectPathStress'
 
 # Every executable named fuzz_* in the fuzz build is fuzzed; nothing to list here.
 # libFuzzer writes new inputs into the first corpus dir, so it gets a scratch copy

@@ -47,6 +47,17 @@ Status<NotifyError> Epoll::add(int fd, uint32_t tag) noexcept {
     return {};
 }
 
+Status<NotifyError> Epoll::modify(int fd, uint32_t tag, bool readable) noexcept {
+    epoll_event ev{};
+    ev.events = readable ? EPOLLIN : 0u;
+    ev.data.u32 = tag;
+    if (epoll_ctl(fd_, EPOLL_CTL_MOD, fd, &ev) != 0) {
+        std::fprintf(stderr, "pvnet notify: epoll_ctl mod: %s\n", std::strerror(errno));
+        return unexpected(NotifyError::SystemError);
+    }
+    return {};
+}
+
 std::size_t Epoll::wait(std::span<uint32_t> tags, int timeout_ms) noexcept {
     std::array<epoll_event, 16> ev;
     const int max = static_cast<int>(std::min(tags.size(), ev.size()));

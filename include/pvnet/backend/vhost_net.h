@@ -14,6 +14,19 @@
 // and optionally `int rx_fd() const` to sleep on in event mode, and
 // `uint32_t peek_len()`: hdr+frame bytes of the next packet, 0 if unknown
 // (vhost's peek_head_len), so mergeable rx gathers only the buffers it needs.
+// Threads: recv(), rx_pending() and peek_len() are called by the worker;
+// send() by the worker or, with the direct path, by the thread calling
+// process_tx_now(), never two sends at once (tx_mu_ serializes them) but a
+// send() may run while the worker is in recv(). While handle_rx stops for
+// lack of guest buffers, rx_fd() is not watched (vhost_net_disable_vq), so
+// a readable port does not spin the worker; the refill kick resumes it.
+//
+// The direct path (seed 002: "write directly when the ring would need a
+// kick and the batch is small"): the driver's thread, about to kick an idle
+// worker for a small batch, calls process_tx_now() and runs the tx loop
+// itself. tx_mu_ guards what handle_tx touches beyond the worker's own
+// state: the tx ring, its Coalescer and signal path, the tx stats and the
+// port's send side. The worker takes it per run, the caller only try-locks.
 //
 // Mergeable rx buffers (VIRTIO_NET_F_MRG_RXBUF, VIRTIO 1.2 5.1.6.4): a
 // packet fills several single-buffer chains, the first one's header says
@@ -120,7 +133,11 @@ struct VhostNetStats {
     Counter tx_drop_bad_chain;                     ///< writable part or no header
     Counter rx_drop_bad_chain;                     ///< readable part in an rx chain
     Counter rx_drop_no_room;                       ///< frame larger than the buffer
+    Counter rx_port_unwatched; ///< port fd unwatched: rx stopped for lack of guest buffers
     Counter wakeups;                               ///< worker sleeps that ended
+    Counter direct_runs;       ///< process_tx_now() ran the tx loop in the caller's thread
+    Counter direct_pkts;       ///< ... packets it moved
+    Counter direct_busy;       ///< ... found tx_mu_ held (one writer: process_tx_now's caller)
 };
 
 template <typename Port>
@@ -144,11 +161,21 @@ public:
     std::thread::native_handle_type native_handle() noexcept { return thread_.native_handle(); }
 
     /// The handlers, callable directly when no worker runs (tests).
+    /// handle_tx takes tx_mu_ (blocking) for its whole run.
     void handle_tx() noexcept;
+    /// The direct path: runs handle_tx's loop now, in the caller's thread,
+    /// if tx_mu_ is free (try-lock only). False if it is held (counted in
+    /// direct_busy): the caller kicks as usual. Past the tx weight, the rest
+    /// goes to the worker through the tx kick eventfd. Callable while the
+    /// worker runs, from one thread at a time (the driver's queue owner).
+    bool process_tx_now() noexcept;
     void handle_rx() noexcept;
     /// A coalescing timer fd was readable: signal what is pending. The
     /// worker calls these; callable directly when no worker runs (tests).
-    void handle_tx_timer() noexcept { handle_timer(tx_sig_); }
+    void handle_tx_timer() noexcept {
+        const std::lock_guard<std::mutex> lock(tx_mu_);
+        handle_timer(tx_sig_);
+    }
     void handle_rx_timer() noexcept { handle_timer(rx_sig_); }
     /// Serves the control queue (no-op without one); requeues itself after
     /// kCtrlWeight commands.
@@ -165,7 +192,8 @@ public:
     const ring::SplitDeviceQueue& tx_queue() const noexcept { return *tx_; }
     /// The control queue (its stats, ring); null when not configured.
     const CtrlQueue* ctrl_queue() const noexcept { return ctrl_.get(); }
-    /// The coalescers (owned by the worker; read their stats only).
+    /// The coalescers (rx's owned by the worker, tx's guarded by tx_mu_;
+    /// read their stats only).
     const notify::Coalescer& rx_coalescer() const noexcept { return *rx_co_; }
     const notify::Coalescer& tx_coalescer() const noexcept { return *tx_co_; }
     /// Work the handlers queued for themselves (kTxWork | kRxWork | kCtrlWork).
@@ -221,6 +249,12 @@ private:
         const uint16_t n = rx_->pending();
         return n > rx_short_pending_;
     }
+    /// handle_tx's loop, under tx_mu_; returns the packets moved. `direct`
+    /// (process_tx_now): past the weight, kick the worker instead of
+    /// queueing work on its pending_.
+    uint32_t tx_run(bool direct) noexcept;
+    /// Event mode: watch the port's fd (`on`) or not (rx out of guest buffers).
+    void watch_port(bool on) noexcept;
     void worker() noexcept;
     void wait_for_work(int timeout_ms) noexcept;
     bool busy_poll() noexcept;
@@ -251,9 +285,11 @@ private:
     std::unique_ptr<notify::Coalescer> tx_co_;
     std::unique_ptr<CtrlQueue> ctrl_;         ///< null without VIRTIO_NET_F_CTRL_VQ
     notify::QueueFds ctrl_fds_;
-    std::unique_ptr<ring::DescChain> chain_;  ///< reused for every packet
+    std::unique_ptr<ring::DescChain> chain_;     ///< rx: reused for every packet
+    std::unique_ptr<ring::DescChain> tx_chain_;  ///< tx: the same, guarded by tx_mu_
     std::unique_ptr<RxBufs> rx_bufs_;         ///< mergeable rx only
     uint16_t rx_short_pending_ = 0;           ///< chains pending when rx came up short
+    bool port_watched_ = true;                ///< the port's fd is in epoll_ with EPOLLIN
     uint32_t pending_ = 0;                    ///< worker-owned work list
     std::atomic<bool> stop_{false};
     notify::EventFd wake_;                    ///< stop() pokes the sleeping worker
@@ -265,6 +301,10 @@ private:
     CoalesceMsg coalesce_msg_;
     uint64_t coalesce_epoch_ = 0;  ///< worker: last epoch applied
     std::mutex coalesce_mu_;       ///< orders concurrent setters (control plane only)
+    /// The tx side shared by the worker and process_tx_now(): tx_, tx_co_,
+    /// tx_sig_, tx_chain_, the tx stats and port_.send(). Taken per run,
+    /// never per packet.
+    std::mutex tx_mu_;
 };
 
 }  // namespace pvnet::backend

@@ -23,6 +23,11 @@
 // receive_mergeable); xmit_sg sends one packet spread over several slots as
 // one chain, indirect when indirect_desc (VIRTIO_F_INDIRECT_DESC) is on.
 //
+// The direct path (seed 002): with a DirectTx set, tx_flush, when the ring
+// needs a kick and at most max_batch packets were queued since the last
+// flush, asks the device to process the ring in this thread instead
+// (VhostNet::process_tx_now); if it declines, it kicks as usual.
+//
 // With ctrl_vq, the device also has a control virtqueue (VIRTIO 1.2
 // 5.1.6.5): set_coalesce sends VIRTIO_NET_CTRL_NOTF_COAL commands on it
 // one at a time and waits, bounded, for the device's ack, as Linux's
@@ -149,6 +154,17 @@ struct VirtioNetStats {
     Counter tx_no_credit;             ///< xmit(Flow&) refused: flow over sndbuf
     Counter busy_poll_hits;           ///< busy_poll_rx (usecs > 0) found packets
     Counter busy_poll_misses;         ///< ... spun its time out empty
+    Counter tx_direct;                ///< tx_flush ran the device's tx instead of kicking
+};
+
+/// The direct path's hook into the device: `run(ctx)` processes the tx ring
+/// in the caller's thread and returns true, or false if it cannot now (the
+/// frontend then kicks). A function pointer, so this layer does not depend
+/// on the backend.
+struct DirectTx {
+    bool (*run)(void* ctx) noexcept = nullptr;  ///< null: the direct path is off
+    void* ctx = nullptr;
+    uint32_t max_batch = 4;  ///< largest batch (packets since the last flush) sent directly
 };
 
 class QueuePair {
@@ -219,10 +235,14 @@ public:
     /// xmit(Flow&, ...) for such a packet: credit is charged and released for
     /// its total length; on NoCredit / Stopped the caller keeps every slot.
     XmitStatus xmit_sg(Flow& flow, std::span<const TxPiece> pieces) noexcept;
-    /// Publishes queued transmits; kicks if the device wants. In Napi mode
-    /// re-arms tx interrupts with the delayed enable (3/4 of what is in
-    /// flight), reaping first if that many are already used.
+    /// Publishes queued transmits; kicks if the device wants, or, with the
+    /// direct path on and at most max_batch packets queued since the last
+    /// flush, has the device process them now (counted in tx_direct). In
+    /// Napi mode re-arms tx interrupts with the delayed enable (3/4 of what
+    /// is in flight), reaping first if that many are already used.
     void tx_flush() noexcept;
+    /// Turns the direct path on (`d.run` set) or off (`DirectTx{}`).
+    void set_direct_tx(DirectTx d) noexcept { direct_tx_ = d; }
     /// Reaps all tx completions into the pool, returning credit (free-on-xmit).
     uint32_t free_old_xmit() noexcept;
     /// virtnet_poll_tx: reaps up to `budget` tx completions; under budget,
@@ -344,6 +364,8 @@ private:
     bool tx_stopped_ = false;
     uint16_t tx_max_descs_ = 1;   ///< descriptors the largest tx chain takes
     uint16_t tx_wake_descs_ = 1;
+    uint32_t tx_batch_ = 0;  ///< packets queued since the last tx_flush
+    DirectTx direct_tx_;
     VirtioNetStats stats_;
 };
 

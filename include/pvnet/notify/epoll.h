@@ -23,6 +23,10 @@ public:
 
     /// Watches `fd` for readability (level-triggered), reporting `tag`.
     Status<NotifyError> add(int fd, uint32_t tag) noexcept;
+    /// Watches an added `fd` for readability again (`readable`) or for
+    /// nothing: it stays registered and only an error or hang-up (which
+    /// epoll always reports) ends a wait.
+    Status<NotifyError> modify(int fd, uint32_t tag, bool readable) noexcept;
     /// Waits up to `timeout_ms` (0: just look, -1: no limit); writes the tags
     /// of ready fds to `tags` and returns how many.
     std::size_t wait(std::span<uint32_t> tags, int timeout_ms) noexcept;

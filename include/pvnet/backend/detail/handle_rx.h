@@ -3,6 +3,9 @@
 // small packets yields to tx after kPktWeight packets. With mergeable rx
 // buffers a packet fills as many single-buffer chains as it needs
 // (get_rx_bufs); chains popped but not needed go back to the ring.
+// Out of guest buffers, the port's fd leaves the worker's epoll until a run
+// drains the port again (vhost_net_disable_vq / vhost_net_enable_vq): a
+// readable port the guest has no room for must not spin the worker.
 #pragma once
 
 #include <algorithm>
@@ -94,7 +97,11 @@ void VhostNet<Port>::handle_rx() noexcept {
             stats_.rx_weight_requeue.add();
             break;
         }
-        if (port_empty || st == ring::PopStatus::Broken) break;
+        if (port_empty) {
+            watch_port(true);  // buffers were there for all of it
+            break;
+        }
+        if (st == ring::PopStatus::Broken) break;
         if (st == ring::PopStatus::Empty) {
             // With chains given back, the ring had too few bytes for the
             // packet: wait for buffers past those, not for them.
@@ -104,6 +111,7 @@ void VhostNet<Port>::handle_rx() noexcept {
             // while we were re-arming.
             if (given_back == 0 ? !q.enable_notify() : !q.enable_notify_for_more()) {
                 rx_short_pending_ = given_back;
+                watch_port(false);  // until the refill kick's run drains the port
                 break;
             }
             q.disable_notify();

@@ -1,7 +1,11 @@
 // handle_tx: guest → port. Mirrors handle_tx_copy in Linux
 // drivers/vhost/net.c: notifications off while draining, a weight check
-// after every packet, the race-free re-enable before stopping.
+// after every packet, the race-free re-enable before stopping. The worker
+// and the direct path (process_tx_now) run the same loop, tx_run, under
+// tx_mu_.
 #pragma once
+
+#include <mutex>
 
 #include "pvnet/backend/vhost_net.h"
 #include "pvnet/virtio/virtio_net.h"
@@ -11,11 +15,33 @@ namespace pvnet::backend {
 template <typename Port>
 void VhostNet<Port>::handle_tx() noexcept {
     pending_ &= ~kTxWork;
+    const std::lock_guard<std::mutex> lock(tx_mu_);
+    (void)tx_run(false);
+}
+
+template <typename Port>
+bool VhostNet<Port>::process_tx_now() noexcept {
+    // ORDER: the mutex's acquire/release orders this run's plain tx state
+    // (shadow indexes, coalescer, counters) against the worker's runs; the
+    // rings' own order is barrier.h's, as in any run.
+    std::unique_lock<std::mutex> lock(tx_mu_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+        stats_.direct_busy.add();
+        return false;
+    }
+    const uint32_t pkts = tx_run(true);
+    stats_.direct_runs.add();
+    stats_.direct_pkts.add(pkts);
+    return true;
+}
+
+template <typename Port>
+uint32_t VhostNet<Port>::tx_run(bool direct) noexcept {
     ring::SplitDeviceQueue& q = *tx_;
-    if (q.broken()) return;
+    if (q.broken()) return 0;
     stats_.tx_runs.add();
     q.disable_notify();  // poll mode: off for good, never re-armed
-    ring::DescChain& c = *chain_;
+    ring::DescChain& c = *tx_chain_;
     uint32_t pkts = 0;
     uint64_t bytes = 0;
     bool requeue = false;
@@ -46,7 +72,13 @@ void VhostNet<Port>::handle_tx() noexcept {
             signal(tx_sig_, burst);
         }
         if (requeue) {
-            pending_ |= kTxWork;  // behind the rx work already queued
+            // pending_ is the worker's: the direct path hands the rest over
+            // as a kick would (notifications stay off until the worker's run).
+            if (!direct) {
+                pending_ |= kTxWork;  // behind the rx work already queued
+            } else if (fds_.tx_kick != nullptr) {
+                fds_.tx_kick->signal();
+            }
             stats_.tx_weight_requeue.add();
             break;
         }
@@ -59,6 +91,7 @@ void VhostNet<Port>::handle_tx() noexcept {
         }
     }
     account_run(pkts, bytes, stats_.tx_pkts, stats_.tx_bytes, stats_.tx_max_run_pkts);
+    return pkts;
 }
 
 }  // namespace pvnet::backend

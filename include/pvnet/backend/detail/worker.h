@@ -58,7 +58,7 @@ Result<std::unique_ptr<VhostNet<Port>>, ring::RingError> VhostNet<Port>::create(
     std::unique_ptr<VhostNet> d(new (std::nothrow) VhostNet(
         cfg, fds, port, std::move(*rx), std::move(*tx), std::move(*rx_co), std::move(*tx_co),
         std::move(ctrl), ctrl_fds, std::move(*wake), std::move(*ep)));
-    if (!d || !d->chain_ || (cfg.mergeable_rx && !d->rx_bufs_)) {
+    if (!d || !d->chain_ || !d->tx_chain_ || (cfg.mergeable_rx && !d->rx_bufs_)) {
         return unexpected(ring::RingError::Count);
     }
     return d;
@@ -82,6 +82,7 @@ VhostNet<Port>::VhostNet(const VhostNetConfig& cfg, const VhostNetFds& fds, Port
       ctrl_(std::move(ctrl)),
       ctrl_fds_(ctrl_fds),
       chain_(new (std::nothrow) ring::DescChain),
+      tx_chain_(new (std::nothrow) ring::DescChain),
       rx_bufs_(cfg.mergeable_rx ? new (std::nothrow) RxBufs : nullptr),
       wake_(std::move(wake)),
       epoll_(std::move(epoll)),
@@ -162,7 +163,10 @@ template <typename Port>
 void VhostNet<Port>::apply_coalesce(std::optional<notify::CoalesceParams> rx,
                                     std::optional<notify::CoalesceParams> tx) noexcept {
     if (rx && rx_co_->set(*rx) == notify::CoalesceAction::Signal) raise(rx_sig_);
-    if (tx && tx_co_->set(*tx) == notify::CoalesceAction::Signal) raise(tx_sig_);
+    if (tx) {
+        const std::lock_guard<std::mutex> lock(tx_mu_);
+        if (tx_co_->set(*tx) == notify::CoalesceAction::Signal) raise(tx_sig_);
+    }
     stats_.coalesce_updates.add();
 }
 
@@ -184,17 +188,29 @@ template <typename Port>
 bool VhostNet<Port>::busy_poll() noexcept {
     if (cfg_.busyloop_usecs == 0) return false;
     uint64_t end = notify::Coalescer::now_ns() + uint64_t{cfg_.busyloop_usecs} * 1000u;
+    uint64_t tx_deadline = 0;
+    {
+        const std::lock_guard<std::mutex> lock(tx_mu_);
+        tx_deadline = tx_co_->deadline_ns();
+    }
     // A pending coalescing deadline ends the spin early: its timer fd is
-    // only seen by the epoll wait.
-    for (const uint64_t d : {rx_co_->deadline_ns(), tx_co_->deadline_ns()}) {
+    // only seen by the epoll wait. (One the direct path arms meanwhile
+    // waits for the spin's end, at most busyloop_usecs.)
+    for (const uint64_t d : {rx_co_->deadline_ns(), tx_deadline}) {
         if (d != 0 && d < end) end = d;
     }
     // Notifications stay enabled: a kick that lands meanwhile is consumed by
     // the next epoll wait, never lost.
     for (;;) {
         // One acquire load of avail.idx per ring (pending()), and the port.
-        if (tx_->pending() != 0) pending_ |= kTxWork;
-        if (port_.rx_pending() && rx_ready()) pending_ |= kRxWork;
+        // tx: while the direct path holds tx_mu_ the ring is being served
+        // (and the rest comes back as a kick); look again next time.
+        if (tx_mu_.try_lock()) {
+            const bool tx = tx_->pending() != 0;
+            tx_mu_.unlock();
+            if (tx) pending_ |= kTxWork;
+        }
+        if (rx_ready() && port_.rx_pending()) pending_ |= kRxWork;
         if (ctrl_ && ctrl_->pending() != 0) pending_ |= kCtrlWork;
         if (pending_ != 0) {
             stats_.busy_poll_hits.add();
@@ -258,6 +274,18 @@ void VhostNet<Port>::wait_for_work(int timeout_ms) noexcept {
 }
 
 template <typename Port>
+void VhostNet<Port>::watch_port(bool on) noexcept {
+    if constexpr (requires { port_.rx_fd(); }) {
+        if (on == port_watched_ || port_.rx_fd() < 0) return;
+        // Level-triggered: unwatched, a readable port cannot end the wait.
+        if (epoll_.modify(port_.rx_fd(), kPortWork, on)) {
+            port_watched_ = on;
+            if (!on) stats_.rx_port_unwatched.add();
+        }
+    }
+}
+
+template <typename Port>
 void VhostNet<Port>::worker() noexcept {
     // The control queue, when there is one, is served like a ring: at start,
     // on its kick, by busy polling, and in poll mode when it has commands.
@@ -279,7 +307,8 @@ void VhostNet<Port>::worker() noexcept {
                 // Bounded so a lost wakeup shows as latency in the stats, never a hang.
                 wait_for_work(100);
                 // A flood port is always readable and has no fd to wait on.
-                if (port_.rx_pending() && !rx_->broken()) pending_ |= kRxWork;
+                // The ring first: rx_pending() may be a syscall (TapPort).
+                if (rx_ready() && port_.rx_pending()) pending_ |= kRxWork;
                 continue;
             }
         } else if ((pending_ & kDataWork) != kDataWork) {
@@ -298,7 +327,7 @@ void VhostNet<Port>::worker() noexcept {
         // sent): queue rx while the guest has buffers for it, as the socket's
         // wakeup queues handle_rx in vhost. Without buffers (or too few for
         // a mergeable packet), the refill kick does.
-        if (!(pending_ & kRxWork) && port_.rx_pending() && rx_ready()) {
+        if (!(pending_ & kRxWork) && rx_ready() && port_.rx_pending()) {
             pending_ |= kRxWork;
         }
     }
