@@ -17,6 +17,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -36,12 +37,18 @@ void PrintTo(const RelayCase& c, std::ostream* os) { *os << c.name; }
 /// What sits in socket buffers at most (tcp_wmem + tcp_rmem maxima, with room).
 constexpr uint64_t kInFlightBytes = 32u << 20;
 
-const RelayCase kRelays[] = {
-    {"Plain", {"--plain"}},
+const RelayCase kPlain{"Plain", {"--plain"}};
+const RelayCase kRingRelays[] = {
     {"Napi", {"--tx-mode", "napi", "--no-direct"}},
     {"NapiAtRxDirect", {"--tx-mode", "napi", "--at-rx", "--direct"}},
     {"FreeOnXmitCoalesce", {"--tx-mode", "free-on-xmit", "--tx-frames", "64", "--tx-usecs", "64"}},
 };
+
+std::vector<RelayCase> all_relays() {
+    std::vector<RelayCase> v{kPlain};
+    v.insert(v.end(), std::begin(kRingRelays), std::end(kRingRelays));
+    return v;
+}
 
 class RelayPath : public ::testing::TestWithParam<RelayCase> {
 protected:
@@ -81,6 +88,35 @@ TEST_P(RelayPath, Iperf3GigabyteCompletes) {
     // end-to-end count is TcpGigabyteArrivesByteForByte's.
     EXPECT_LE(r->received_bytes, r->sent_bytes);
     EXPECT_GE(r->received_bytes + kInFlightBytes, r->sent_bytes);
+}
+
+/// The value of `key=` in a relay's counters line (its last occurrence).
+std::optional<uint64_t> counter(const std::string& out, const std::string& key) {
+    const std::size_t at = out.rfind(" " + key + "=");
+    if (at == std::string::npos) return std::nullopt;
+    return std::stoull(out.substr(at + key.size() + 2));
+}
+
+/// Offloads on: netns A's TCP hands tap A 64 KiB GSO frames, and each
+/// crosses the rings as one frame (xmit_sg over 4 KiB slots) instead of
+/// ~44 MTU-sized ones. The ring relay's final line counts them.
+class RingRelayPath : public RelayPath {};
+
+TEST_P(RingRelayPath, GsoFramesCrossWhole) {
+    auto r = run_iperf3(*bed_, 1, 0, uint64_t{64} << 20);
+    ASSERT_TRUE(r.has_value()) << r.error();
+    const std::string out = bed_->stop_relay();
+    const auto gso = counter(out, "gso_g2h");
+    const auto biggest = counter(out, "max_g2h_frame");
+    const auto frames = counter(out, "g2h_frames");
+    const auto bytes = counter(out, "g2h_bytes");
+    ASSERT_TRUE(gso && biggest && frames && bytes) << out;
+    EXPECT_GT(*gso, 0u) << out;
+    // Several slots' worth: a frame no MTU-sized path could carry whole.
+    EXPECT_GT(*biggest, 32768u) << out;
+    EXPECT_GT(*bytes / *frames, 1514u) << "bytes per frame on the tx ring: " << out;
+    EXPECT_EQ(counter(out, "ring_drops"), std::optional<uint64_t>(0)) << out;
+    EXPECT_EQ(counter(out, "broken"), std::optional<uint64_t>(0)) << out;
 }
 
 /// Sender and receiver sockets of our own: every byte counted and checked.
@@ -164,7 +200,9 @@ TEST_P(RelayPath, TcpGigabyteArrivesByteForByte) {
     EXPECT_EQ(mismatched, 0u) << "pieces whose bytes differ from what was sent";
 }
 
-INSTANTIATE_TEST_SUITE_P(Relays, RelayPath, ::testing::ValuesIn(kRelays),
+INSTANTIATE_TEST_SUITE_P(Relays, RelayPath, ::testing::ValuesIn(all_relays()),
+                         [](const auto& tp) { return std::string(tp.param.name); });
+INSTANTIATE_TEST_SUITE_P(Rings, RingRelayPath, ::testing::ValuesIn(kRingRelays),
                          [](const auto& tp) { return std::string(tp.param.name); });
 
 }  // namespace
