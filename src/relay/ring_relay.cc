@@ -63,6 +63,13 @@ Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRela
                                                         *r->tap_b_, r->tb_.backend_ctrl_fds());
     if (!dev) return unexpected(std::string("backend setup failed"));
     r->dev_ = std::move(*dev);
+    if (cfg.direct) {
+        r->tb_.qp().set_direct_tx(frontend::DirectTx{
+            [](void* d) noexcept {
+                return static_cast<backend::VhostNet<port::TapPort>*>(d)->process_tx_now();
+            },
+            r->dev_.get(), cfg.direct_max});
+    }
     r->flow_ = std::make_unique<frontend::Flow>(UINT32_MAX, frontend::SndbufRelease::Orphan);
     return r;
 }
@@ -175,6 +182,9 @@ RingRelayCounters RingRelay::counters() const noexcept {
     c.b_to_a_bytes = fs.rx_bytes.get();
     c.kicks = fs.rx_kicks.get() + fs.tx_kicks.get();
     c.interrupts = bs.rx_calls.get() + bs.tx_calls.get();
+    c.direct_runs = bs.direct_runs.get();
+    c.direct_pkts = bs.direct_pkts.get();
+    c.direct_busy = bs.direct_busy.get();
     c.tap_a_drops = drops(*tap_a_);
     c.tap_b_drops = drops(*tap_b_);
     c.tap_a_einval = tap_a_->tx_drop_errno.get(port::TapErrno::Inval);
