@@ -227,7 +227,7 @@ void add_bench_relay(CLI::App& bench) {
         ->check(CLI::Range(1, 128));
     cmd->add_option("--variants", o->variants,
                     "relay columns after veth and plain: plain-nooff, napi, napi+at-rx, "
-                    "napi+coalesce, napi+direct")
+                    "napi+coalesce, napi+direct, napi+direct+spin")
         ->delimiter(',');
     cmd->add_option("--repeat", o->repeat, "rounds")->check(CLI::Range(1, 100));
     cmd->add_option("--seconds", o->seconds, "seconds per iperf3 run")->check(CLI::Range(1.0, 600.0));

@@ -39,6 +39,7 @@ struct RelayOptions {
     uint32_t busyloop_usecs = 0, busy_poll_usecs = 0;
     bool direct = true;
     uint32_t direct_max = 4;
+    uint32_t direct_spin_usecs = 0;
     uint16_t queue_size = 256;
     std::string offloads = "on";
     int guest_cpu = -1, backend_cpu = -1;
@@ -189,6 +190,7 @@ void run_ring(const RelayOptions& o) {
     cfg.busyloop_usecs = o.busyloop_usecs;
     cfg.direct = o.direct;
     cfg.direct_max = o.direct_max;
+    cfg.direct_spin_usecs = o.direct_spin_usecs;
     cfg.guest_cpu = o.guest_cpu;
     cfg.backend_cpu = o.backend_cpu;
     auto r = relay::RingRelay::create(cfg);
@@ -238,6 +240,9 @@ void add_relay_command(CLI::App& app) {
                       "small batches run the backend's tx in the guest's context (default on)"),
         cmd->add_option("--direct-max", o->direct_max, "largest batch sent the direct way")
             ->check(CLI::Range(1u, 256u)),
+        cmd->add_option("--direct-spin-usecs", o->direct_spin_usecs,
+                        "after a direct transmit, spin on rx this long for the answer, us")
+            ->check(CLI::Range(0u, 10000u)),
         cmd->add_option("--queue-size", o->queue_size, "virtqueue size (power of two)")
             ->check(CLI::Range(64, 1024)),
         cmd->add_option("--guest-cpu", o->guest_cpu, "CPU of the guest thread (-1: any)"),

@@ -263,10 +263,12 @@ Result<RelayVariant, std::string> relay_variant(std::string_view name) {
         v.relay_args.insert(v.relay_args.end(), {"--tx-frames", "64", "--tx-usecs", "64"});
     } else if (name == "napi+direct") {
         v.relay_args = {"--tx-mode", "napi", "--at-rx", "--direct"};
+    } else if (name == "napi+direct+spin") {
+        v.relay_args = {"--tx-mode", "napi", "--at-rx", "--direct", "--direct-spin-usecs", "50"};
     } else {
         return unexpected("unknown variant '" + v.name +
                           "' (veth, plain, plain-nooff, napi, napi+at-rx, napi+coalesce, "
-                          "napi+direct)");
+                          "napi+direct, napi+direct+spin)");
     }
     return v;
 }

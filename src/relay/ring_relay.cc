@@ -4,6 +4,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "pvnet/util/thread.h"
@@ -137,6 +138,7 @@ void RingRelay::guest_loop() noexcept {
     pin_current_thread(cfg_.guest_cpu);
     frontend::QueuePair& qp = tb_.qp();
     qp.try_fill_recv();
+    uint32_t spin_usecs = cfg_.fe.busy_poll_usecs;
     while (!stop_.load(std::memory_order_relaxed)) {
         // Rx NAPI: the device's frames into tap A (and, with at-rx, tx
         // completions reaped on the way).
@@ -156,11 +158,21 @@ void RingRelay::guest_loop() noexcept {
                 tap_a_->send(std::span<const iovec>(rx_iov_.data(), pieces.size()), len);
                 return false;
             },
-            cfg_.fe.busy_poll_usecs);
+            spin_usecs);
+        spin_usecs = cfg_.fe.busy_poll_usecs;
         if (n != 0) qp.try_fill_recv();
         qp.tx_interrupt();
         const uint32_t queued = guest_xmit();
-        if (queued != 0) qp.tx_flush();
+        if (queued != 0) {
+            const uint64_t direct_before = qp.stats().tx_direct.get();
+            qp.tx_flush();
+            // A small batch just went out in this thread (tap B's kernel
+            // answered inside that write if it answers at once): wait for
+            // the answer spinning, not asleep, saving a wake-up per round trip.
+            if (qp.stats().tx_direct.get() != direct_before) {
+                spin_usecs = std::max(spin_usecs, cfg_.direct_spin_usecs);
+            }
+        }
         if (n == 0 && queued == 0 && qp.napi_complete()) {
             // Idle: sleep on tap A (unless the tx queue is stopped: then only
             // the tx interrupt can restart it) and both interrupts.

@@ -41,6 +41,7 @@ const RelayCase kPlain{"Plain", {"--plain"}};
 const RelayCase kRingRelays[] = {
     {"Napi", {"--tx-mode", "napi", "--no-direct"}},
     {"NapiAtRxDirect", {"--tx-mode", "napi", "--at-rx", "--direct"}},
+    {"NapiDirectSpin", {"--tx-mode", "napi", "--at-rx", "--direct", "--direct-spin-usecs", "50"}},
     {"FreeOnXmitCoalesce", {"--tx-mode", "free-on-xmit", "--tx-frames", "64", "--tx-usecs", "64"}},
 };
 

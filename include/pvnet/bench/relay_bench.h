@@ -73,7 +73,7 @@ struct RelayVariant {
 };
 
 /// veth, plain (the plain tun relay), plain-nooff (the same without offloads),
-/// napi, napi+at-rx, napi+coalesce, napi+direct.
+/// napi, napi+at-rx, napi+coalesce, napi+direct, napi+direct+spin.
 Result<RelayVariant, std::string> relay_variant(std::string_view name);
 
 /// Two namespaces, addressed and reachable, joined as `variant` says.

@@ -49,6 +49,9 @@ struct RingRelayConfig {
     uint32_t busyloop_usecs = 0;  ///< backend
     bool direct = false;          ///< the direct path
     uint32_t direct_max = 4;      ///< ... for batches of at most this many packets
+    /// After a direct transmit the guest spins on rx this long for the
+    /// answer (0: only busy_poll_usecs applies).
+    uint32_t direct_spin_usecs = 0;
     int guest_cpu = -1, backend_cpu = -1;
 };
 
