@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "app_commands.h"
+#include "pvnet/backend/vhost_net.h"
 #include "pvnet/relay/plain_relay.h"
 #include "pvnet/relay/ring_relay.h"
 
@@ -37,6 +38,9 @@ struct RelayOptions {
     bool at_rx = false;
     uint32_t tx_frames = 0, tx_usecs = 0, rx_frames = 0, rx_usecs = 0;
     uint32_t busyloop_usecs = 0, busy_poll_usecs = 0;
+    // vhost's VHOST_NET_PKT_WEIGHT / VHOST_NET_WEIGHT per handler run (0: no limit).
+    uint32_t tx_weight = backend::kPktWeight, rx_weight = backend::kPktWeight;
+    uint32_t tx_weight_bytes = backend::kByteWeight, rx_weight_bytes = backend::kByteWeight;
     bool direct = true;
     uint32_t direct_max = 4;
     uint32_t direct_spin_usecs = 0;
@@ -188,6 +192,8 @@ void run_ring(const RelayOptions& o) {
     cfg.rx_coalesce = notify::CoalesceParams{o.rx_frames, o.rx_usecs};
     cfg.tx_coalesce = notify::CoalesceParams{o.tx_frames, o.tx_usecs};
     cfg.busyloop_usecs = o.busyloop_usecs;
+    cfg.tx_weight = backend::Weight{o.tx_weight, o.tx_weight_bytes};
+    cfg.rx_weight = backend::Weight{o.rx_weight, o.rx_weight_bytes};
     cfg.direct = o.direct;
     cfg.direct_max = o.direct_max;
     cfg.direct_spin_usecs = o.direct_spin_usecs;
@@ -235,6 +241,10 @@ void add_relay_command(CLI::App& app) {
         cmd->add_option("--rx-frames", o->rx_frames, "rx packets per interrupt (0: off)"),
         cmd->add_option("--rx-usecs", o->rx_usecs, "rx interrupt delay, us (0: off)"),
         cmd->add_option("--busyloop-usecs", o->busyloop_usecs, "backend spins before sleeping, us"),
+        cmd->add_option("--tx-weight", o->tx_weight, "handle_tx packets per run (0: no limit)"),
+        cmd->add_option("--rx-weight", o->rx_weight, "handle_rx packets per run (0: no limit)"),
+        cmd->add_option("--tx-weight-bytes", o->tx_weight_bytes, "handle_tx bytes per run (0: no limit)"),
+        cmd->add_option("--rx-weight-bytes", o->rx_weight_bytes, "handle_rx bytes per run (0: no limit)"),
         cmd->add_option("--busy-poll-usecs", o->busy_poll_usecs, "guest spins on rx, us"),
         cmd->add_flag("--direct,!--no-direct", o->direct,
                       "small batches run the backend's tx in the guest's context (default on)"),

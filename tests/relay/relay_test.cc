@@ -42,6 +42,8 @@ const RelayCase kRingRelays[] = {
     {"Napi", {"--tx-mode", "napi", "--no-direct"}},
     {"NapiAtRxDirect", {"--tx-mode", "napi", "--at-rx", "--direct"}},
     {"NapiDirectSpin", {"--tx-mode", "napi", "--at-rx", "--direct", "--direct-spin-usecs", "50"}},
+    {"NapiWeights", {"--tx-mode", "napi", "--no-direct", "--tx-weight", "16", "--rx-weight", "16",
+                     "--busyloop-usecs", "20"}},
     {"FreeOnXmitCoalesce", {"--tx-mode", "free-on-xmit", "--tx-frames", "64", "--tx-usecs", "64"}},
 };
 
