@@ -50,11 +50,14 @@ Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRela
     fc.indirect_desc = true;
     fc.mergeable_rx = true;
     // A 64 KiB GSO frame spans kMaxPieces slots; without offloads a frame
-    // fits one. The pool holds the rx ring's slots and a full tx ring of
-    // average frames several slots long; xmit stops when it runs dry.
+    // fits one. The pool covers a full rx ring and a full tx ring of the
+    // largest frames, plus one more: the tx ring always fills (the queue
+    // stops, its interrupt is armed) before the pool runs dry, because a
+    // dry pool with no stopped queue would leave free-on-xmit, which reaps
+    // only at the next transmit, with nothing to wake it.
     r->max_pieces_ = cfg.offloads ? kMaxPieces : 1;
     fc.tx_max_pieces = static_cast<uint16_t>(r->max_pieces_);
-    fc.n_bufs = 2u * fc.rx_size + 8u * fc.tx_size;
+    fc.n_bufs = uint32_t{fc.rx_size} + (uint32_t{fc.tx_size} + 1u) * r->max_pieces_;
     if (auto err = r->tb_.setup(fc)) return unexpected("guest setup: " + *err);
     backend::VhostNetConfig bc = r->tb_.backend_config(fc.event_idx);
     bc.rx_weight = cfg.rx_weight;
@@ -99,6 +102,10 @@ uint32_t RingRelay::guest_xmit() noexcept {
     frontend::QueuePair& qp = tb_.qp();
     const uint32_t slot = qp.buf_bytes();
     uint32_t queued = 0;
+    // start_xmit reaps first (free_old_xmit): free-on-xmit has no other
+    // place to reap, and a stopped queue restarts only here after its tx
+    // interrupt (skb_xmit_done just says there is room).
+    if (qp.tx_stopped() || qp.free_bufs() < max_pieces_) (void)qp.free_old_xmit();
     while (queued < frontend::kNapiBudget && !qp.tx_stopped() && qp.free_bufs() >= max_pieces_) {
         // Room for the largest frame tap A may hand us: tun cuts what does
         // not fit, so the read gets every slot a frame could need, and the

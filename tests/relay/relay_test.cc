@@ -93,6 +93,18 @@ TEST_P(RelayPath, Iperf3GigabyteCompletes) {
     EXPECT_GE(r->received_bytes + kInFlightBytes, r->sent_bytes);
 }
 
+/// 100 flows fill the tx ring (free-on-xmit stops the queue and must
+/// restart it from the next transmit's reap); the path must still carry
+/// traffic afterwards.
+TEST_P(RelayPath, HundredFlowsThenPing) {
+    auto r = run_iperf3(*bed_, 100, 2.0);
+    ASSERT_TRUE(r.has_value()) << r.error();
+    EXPECT_GT(r->received_bytes, uint64_t{100} << 20) << "100 MiB in 2 s at the least";
+    auto p = run_ping(*bed_, 20, 0.01);
+    ASSERT_TRUE(p.has_value()) << p.error();
+    EXPECT_EQ(p->received, 20u);
+}
+
 /// The value of `key=` in a relay's counters line (its last occurrence).
 std::optional<uint64_t> counter(const std::string& out, const std::string& key) {
     const std::size_t at = out.rfind(" " + key + "=");
