@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 
+#include "pvnet/util/iov.h"
 #include "pvnet/virtio/virtio_net.h"
 
 namespace pvnet::backend {
@@ -20,17 +21,6 @@ constexpr std::size_t kMaxCmdBytes =
     sizeof(virtio::virtio_net_ctrl_hdr) + sizeof(virtio::virtio_net_ctrl_coal_tx);
 static_assert(sizeof(virtio::virtio_net_ctrl_coal_rx) == sizeof(virtio::virtio_net_ctrl_coal_tx));
 
-/// Copies the first dst.size() bytes of `iov` (or all it has) into `dst`;
-/// returns the total bytes `iov` holds.
-std::size_t gather(std::span<const iovec> iov, std::span<std::byte> dst) noexcept {
-    std::size_t total = 0;
-    for (const iovec& v : iov) {
-        const std::size_t n = total < dst.size() ? std::min(v.iov_len, dst.size() - total) : 0;
-        if (n != 0) std::memcpy(dst.data() + total, v.iov_base, n);
-        total += v.iov_len;
-    }
-    return total;
-}
 
 }  // namespace
 
@@ -51,7 +41,8 @@ Result<CtrlCommand, CtrlError> parse_ctrl_command(std::span<const iovec> readabl
                                                   bool notf_coal) noexcept {
     // Read once: the peer may rewrite its buffers meanwhile; only `raw` is used.
     std::array<std::byte, kMaxCmdBytes> raw{};
-    const std::size_t total = gather(readable, raw);
+    const std::size_t total = iov_bytes(readable);
+    (void)copy_from_iov(readable, 0, std::span(raw).first(std::min(total, raw.size())));
     virtio::virtio_net_ctrl_hdr hdr{};
     if (total < sizeof hdr) return unexpected(CtrlError::ShortHeader);
     std::memcpy(&hdr, raw.data(), sizeof hdr);

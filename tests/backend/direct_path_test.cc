@@ -21,6 +21,7 @@
 #include "pvnet/backend/vhost_net.h"
 #include "pvnet/bench/testbed.h"
 #include "pvnet/frontend/virtio_net.h"
+#include "pvnet/util/iov.h"
 #include "vhost_net_harness.h"
 
 namespace pvnet::backend {
@@ -334,7 +335,7 @@ struct RxFdPort {
     uint32_t recv(std::span<const iovec> dst) noexcept {
         std::array<std::byte, kLen> pkt;
         write_packet(pkt.data(), seq++, kLen);
-        detail::write_at(dst, 0, pkt.data(), pkt.size());
+        (void)copy_to_iov(dst, 0, pkt);
         if (left.fetch_sub(1, std::memory_order_relaxed) == 1) (void)fd->consume();
         return kLen;
     }

@@ -13,29 +13,11 @@
 #include <cstring>
 
 #include "pvnet/backend/vhost_net.h"
+#include "pvnet/util/iov.h"
 #include "pvnet/virtio/virtio_net.h"
 
 namespace pvnet::backend {
 
-namespace detail {
-/// Copies `n` bytes to offset `off` of the pieces `dst`, which hold them.
-inline void write_at(std::span<const iovec> dst, std::size_t off, const void* src,
-                     std::size_t n) noexcept {
-    const auto* s = static_cast<const std::byte*>(src);
-    for (const iovec& v : dst) {
-        if (n == 0) return;
-        if (off >= v.iov_len) {
-            off -= v.iov_len;
-            continue;
-        }
-        const std::size_t k = std::min(n, v.iov_len - off);
-        std::memcpy(static_cast<std::byte*>(v.iov_base) + off, s, k);
-        s += k;
-        n -= k;
-        off = 0;
-    }
-}
-}  // namespace detail
 
 template <typename Port>
 void VhostNet<Port>::handle_rx() noexcept {
@@ -201,8 +183,9 @@ ring::PopStatus VhostNet<Port>::recv_mergeable(uint32_t& bytes, uint32_t& used,
     // num_buffers (le16) in the first buffer's header, which may itself be
     // split over pieces (the driver need not align its buffers).
     const uint16_t num = virtio::host_to_le(filled);
-    detail::write_at(std::span<const iovec>(b.iov.data(), niov),
-                     offsetof(virtio::virtio_net_hdr, num_buffers), &num, sizeof num);
+    (void)copy_to_iov(std::span<const iovec>(b.iov.data(), niov),
+                      offsetof(virtio::virtio_net_hdr, num_buffers),
+                      std::as_bytes(std::span(&num, 1)));
     uint32_t left = len;
     for (uint16_t k = 0; k < filled; ++k) {
         const uint32_t n = std::min(left, b.heads[k].len);
