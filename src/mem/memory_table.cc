@@ -8,17 +8,19 @@ namespace pvnet::mem {
 Status<MemError> MemoryTable::add(GuestAddr gpa, std::span<std::byte> host,
                                   Access access) noexcept {
     const uint64_t size = host.size();
-    uint64_t end = 0;
-    if (size == 0 || host.data() == nullptr || __builtin_add_overflow(gpa.value, size, &end)) {
+    uint64_t last = 0;
+    // Rule: the region's last byte is addressable, gpa + size - 1 <= 2^64 - 1.
+    // Its end, gpa + size, may be 2^64 exactly (the top page is mappable), so
+    // regions are compared by last byte, never by end.
+    if (size == 0 || host.data() == nullptr || __builtin_add_overflow(gpa.value, size - 1, &last)) {
         return unexpected(MemError::BadRegion);
     }
     if (n_ == kMaxRegions) return unexpected(MemError::TooManyRegions);
     for (std::size_t i = 0; i < n_; ++i) {
         const RegionMapping& r = regions_[i];
-        // Both ends are exclusive and neither addition overflows (checked on add).
-        if (gpa.value < r.gpa.value + r.size_bytes && r.gpa.value < end) {
-            return unexpected(MemError::RegionOverlap);
-        }
+        // Inclusive last bytes: r.gpa + r.size_bytes - 1 did not overflow on its add.
+        const uint64_t r_last = r.gpa.value + (r.size_bytes - 1);
+        if (gpa.value <= r_last && r.gpa.value <= last) return unexpected(MemError::RegionOverlap);
     }
     std::size_t pos = 0;
     while (pos < n_ && regions_[pos].gpa < gpa) ++pos;
@@ -42,7 +44,8 @@ Result<std::size_t, MemError> MemoryTable::translate(GuestAddr gpa, uint64_t len
                                                      std::span<iovec> out) const noexcept {
     if (len == 0) return unexpected(MemError::ZeroLength);
     uint64_t last = 0;
-    // Rule: addr + len must not wrap (CVE-2018-1059-style length tricks).
+    // Rule: the last byte, addr + len - 1, must not wrap (CVE-2018-1059-style
+    // length tricks); a range may end exactly at 2^64.
     if (__builtin_add_overflow(gpa.value, len - 1, &last)) {
         return unexpected(MemError::AddrOverflow);
     }
@@ -58,8 +61,11 @@ Result<std::size_t, MemError> MemoryTable::translate(GuestAddr gpa, uint64_t len
         const uint64_t off = addr - r.gpa.value;
         const uint64_t chunk = std::min(left, r.size_bytes - off);
         out[pieces++] = iovec{r.host + off, static_cast<std::size_t>(chunk)};
-        addr += chunk;  // cannot wrap: addr + left - 1 == last was checked
         left -= chunk;
+        if (left == 0) break;
+        // Cannot wrap: addr + left - 1 == last was checked, and left > 0 here
+        // (a range ending at 2^64 stops above instead of wrapping to 0).
+        addr += chunk;
     }
     return pieces;
 }

@@ -5,8 +5,9 @@
 // Input: up to 8 region adds (gpa, size, access over slices of three small
 // guarded MemoryRegions; overlaps, zero sizes and wrapping ends included),
 // then up to 64 translations of ranges biased towards region edges, the top
-// of the address space and the gaps between regions. Every outcome - the
-// error of each add, the pieces or the error of each translation - must equal
+// of the address space (a region may end exactly at 2^64, a range may not
+// cross it) and the gaps between regions. Every outcome - the error of each
+// add, the pieces or the error of each translation - must equal
 // the model's, and every piece is touched, so an escape hits a guard page.
 #include <sys/uio.h>
 
@@ -98,7 +99,7 @@ uint64_t decode_region_gpa(Reader& r, const std::vector<ModelRegion>& m, uint64_
             return prev ? prev->gpa - size + static_cast<uint64_t>(int64_t{int8_t(r.u8())})
                         : r.u32();
         case 3: return UINT64_MAX - r.u16();
-        case 4: return 0 - size - (r.u8() % 2);  // ends at 2^64 (overflows) or just below
+        case 4: return 0 - size - (r.u8() % 2);  // ends exactly at 2^64 (allowed) or just below
         case 5: return r.u64();
         case 6: return prev ? prev->gpa + r.u16() % prev->size : r.u16();
         default: return r.u32();
@@ -144,7 +145,8 @@ void check_sorted(const MemoryTable& t, const std::vector<ModelRegion>& m) {
         const auto& a = t.region(i);
         if (i > 0) {
             const auto& p = t.region(i - 1);
-            check(p.gpa.value + p.size_bytes <= a.gpa.value);
+            // By last byte: a region's end may be 2^64, which wraps to 0.
+            check(p.gpa.value + (p.size_bytes - 1) < a.gpa.value);
         }
         bool found = false;
         for (const ModelRegion& r : m) {
@@ -173,12 +175,15 @@ int run_input(const uint8_t* data, std::size_t size) {
         const std::span<std::byte> host(back.host() + host_off, len);
 
         MemError want = MemError::Count;
-        if (len == 0 || len > UINT64_MAX - gpa) {
+        // The last byte must be addressable; the end may be 2^64 exactly.
+        if (len == 0 || len - 1 > UINT64_MAX - gpa) {
             want = MemError::BadRegion;
         } else {
             for (const ModelRegion& m : model) {
-                // Overlap of [gpa, gpa+len) and [m.gpa, m.gpa+m.size): neither end wraps.
-                if (gpa < m.gpa + m.size && m.gpa < gpa + len) want = MemError::RegionOverlap;
+                // Overlap of [gpa, gpa+len-1] and [m.gpa, m.gpa+m.size-1]: no last byte wraps.
+                if (gpa <= m.gpa + (m.size - 1) && m.gpa <= gpa + (len - 1)) {
+                    want = MemError::RegionOverlap;
+                }
             }
         }
         auto s = table.add(GuestAddr(gpa), host, access);

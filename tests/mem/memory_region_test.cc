@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,11 +16,16 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <utility>
 
 namespace pvnet::mem {
+
+// gtest prints errors by name (found by argument-dependent lookup).
+void PrintTo(MemError e, std::ostream* os) { *os << to_string(e); }
+
 namespace {
 
 std::size_t page_bytes() { return static_cast<std::size_t>(sysconf(_SC_PAGESIZE)); }
@@ -266,36 +272,259 @@ TEST(MemoryRegion, DestructionClosesTheFd) {
     EXPECT_FALSE(fd_is_open(fd));
 }
 
+// ---------------------------------------------------------------------------
+// map_fd: what it refuses, and that it owns the fd it is given either way.
+
+// Closed, not merely unusable: fcntl on the number reports EBADF.
+bool fd_was_closed(int fd) {
+    errno = 0;
+    return fcntl(fd, F_GETFD) == -1 && errno == EBADF;
+}
+
+// A plain memfd, as a peer such as QEMU sends it: not sealed, unless `seals`.
+int peer_memfd(std::size_t bytes, int seals = 0) {
+    const int fd = memfd_create("pvnet-peer", MFD_CLOEXEC | (seals != 0 ? MFD_ALLOW_SEALING : 0u));
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
+    if (seals != 0) {
+        EXPECT_EQ(fcntl(fd, F_ADD_SEALS, seals), 0);
+    }
+    return fd;
+}
+
+// Runs map_fd on a dup of `fd` and checks the error and that the dup was closed.
+void expect_map_fd_fails(int fd, std::size_t bytes, uint64_t offset, MemError want) {
+    const int d = dup(fd);
+    ASSERT_GE(d, 0);
+    auto r = MemoryRegion::map_fd(d, bytes, offset);
+    ASSERT_FALSE(r.has_value()) << "bytes=" << bytes << " offset=" << offset;
+    EXPECT_EQ(r.error(), want) << to_string(r.error());
+    EXPECT_TRUE(fd_was_closed(d)) << "map_fd leaked the fd it owned";
+    EXPECT_TRUE(fd_is_open(fd));  // the caller's own fd is untouched
+}
+
 TEST(MemoryRegion, MapFdRejectsZeroSize) {
     MemoryRegion a = must_create(page_bytes());
-    const int fd = dup(a.fd());
-    ASSERT_GE(fd, 0);
-    auto r = MemoryRegion::map_fd(fd, 0, 0);
-    ASSERT_FALSE(r.has_value());
-    EXPECT_EQ(r.error(), MemError::BadRegion);
-    // Not taken on failure: still ours to close.
-    EXPECT_TRUE(fd_is_open(fd));
-    close(fd);
+    expect_map_fd_fails(a.fd(), 0, 0, MemError::BadRegion);
 }
 
 TEST(MemoryRegion, MapFdRejectsUnalignedOffset) {
     MemoryRegion a = must_create(4 * page_bytes());
-    const int fd = dup(a.fd());
-    ASSERT_GE(fd, 0);
     for (uint64_t off : {uint64_t{1}, uint64_t{page_bytes() - 1}, uint64_t{page_bytes() + 8},
                          uint64_t{page_bytes() / 2}}) {
-        auto r = MemoryRegion::map_fd(fd, page_bytes(), off);
-        ASSERT_FALSE(r.has_value()) << off;
-        EXPECT_EQ(r.error(), MemError::BadRegion) << off;
+        expect_map_fd_fails(a.fd(), page_bytes(), off, MemError::BadRegion);
     }
-    EXPECT_TRUE(fd_is_open(fd));
+}
+
+TEST(MemoryRegion, MapFdRejectsOffsetPlusSizeOverflow) {
+    MemoryRegion a = must_create(page_bytes());
+    const uint64_t top_page = ~uint64_t{0} - (page_bytes() - 1);  // aligned, near 2^64
+    expect_map_fd_fails(a.fd(), page_bytes(), top_page, MemError::BadRegion);
+    expect_map_fd_fails(a.fd(), 2 * page_bytes(), top_page - page_bytes(), MemError::BadRegion);
+    // A size beyond off_t, whatever the file, is refused before it is rounded up.
+    expect_map_fd_fails(a.fd(), SIZE_MAX, 0, MemError::BadRegion);
+    expect_map_fd_fails(a.fd(), SIZE_MAX - page_bytes() + 2, 0, MemError::BadRegion);
+}
+
+TEST(MemoryRegion, MapFdOfAClosedOrNegativeFdIsBadFd) {
+    auto neg = MemoryRegion::map_fd(-1, page_bytes(), 0);
+    ASSERT_FALSE(neg.has_value());
+    EXPECT_EQ(neg.error(), MemError::BadFd);
+
+    const int fd = peer_memfd(page_bytes());
+    ASSERT_EQ(close(fd), 0);
+    auto closed = MemoryRegion::map_fd(fd, page_bytes(), 0);
+    ASSERT_FALSE(closed.has_value());
+    EXPECT_EQ(closed.error(), MemError::BadFd);
+}
+
+TEST(MemoryRegion, MapFdRejectsAnFdThatIsNotARegularFile) {
+    int p[2] = {-1, -1};
+    ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+    expect_map_fd_fails(p[0], page_bytes(), 0, MemError::BadFd);
+    close(p[0]);
+    close(p[1]);
+}
+
+TEST(MemoryRegion, MapFdRejectsAReadOnlyFd) {
+    const int fd = peer_memfd(page_bytes());
+    const std::string path = "/proc/self/fd/" + std::to_string(fd);
+    const int ro = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(ro, 0);
+    expect_map_fd_fails(ro, page_bytes(), 0, MemError::BadFd);
+    close(ro);
     close(fd);
 }
 
-TEST(MemoryRegion, MapFdOfABadFdIsASystemError) {
-    auto r = MemoryRegion::map_fd(-1, page_bytes(), 0);
-    ASSERT_FALSE(r.has_value());
-    EXPECT_EQ(r.error(), MemError::SystemError);
+TEST(MemoryRegion, MapFdRejectsAWriteSealedMemfd) {
+    const int fd = peer_memfd(page_bytes(), F_SEAL_WRITE);
+    expect_map_fd_fails(fd, page_bytes(), 0, MemError::BadFd);
+    close(fd);
+}
+
+TEST(MemoryRegion, MapFdRejectsAnFdShorterThanOffsetPlusSize) {
+    const std::size_t page = page_bytes();
+    const int fd = peer_memfd(2 * page);
+    expect_map_fd_fails(fd, 3 * page, 0, MemError::FdTooShort);
+    expect_map_fd_fails(fd, 2 * page, page, MemError::FdTooShort);
+    expect_map_fd_fails(fd, page, 2 * page, MemError::FdTooShort);  // offset at EOF
+    expect_map_fd_fails(fd, page + 1, page, MemError::FdTooShort);  // one byte short
+    // Exactly up to EOF is fine.
+    auto whole = MemoryRegion::map_fd(dup(fd), 2 * page, 0);
+    ASSERT_TRUE(whole.has_value());
+    auto tail = MemoryRegion::map_fd(dup(fd), page, page);
+    ASSERT_TRUE(tail.has_value());
+    close(fd);
+}
+
+TEST(MemoryRegion, MapFdChecksTheRequestedSizeNotTheRoundedOne) {
+    // A file ending mid-page: the page holding EOF maps without SIGBUS.
+    const std::size_t page = page_bytes();
+    const int fd = peer_memfd(page + 100);
+    auto r = MemoryRegion::map_fd(dup(fd), page + 100, 0);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->size(), 2 * page);
+    r->host()[r->size() - 1] = std::byte{1};  // past EOF, inside EOF's page
+    expect_map_fd_fails(fd, page + 101, 0, MemError::FdTooShort);
+    close(fd);
+}
+
+TEST(MemoryRegion, FailingMapFdClosesTheFdItWasGiven) {
+    // Every way map_fd can fail on a live fd closes the fd it took.
+    const std::size_t page = page_bytes();
+    const int fd = peer_memfd(page);
+    const struct {
+        std::size_t bytes;
+        uint64_t offset;
+        MemError want;
+    } cases[] = {
+        {0, 0, MemError::BadRegion},
+        {page, 1, MemError::BadRegion},
+        {page, ~uint64_t{0} - (page - 1), MemError::BadRegion},
+        {2 * page, 0, MemError::FdTooShort},
+    };
+    for (const auto& c : cases) expect_map_fd_fails(fd, c.bytes, c.offset, c.want);
+    close(fd);
+}
+
+TEST(MemoryRegion, MapFdOfADupKeepsTheDupAndTheCallersFd) {
+    MemoryRegion a = must_create(page_bytes());
+    const int d = dup(a.fd());
+    {
+        auto r = MemoryRegion::map_fd(d, page_bytes(), 0);
+        ASSERT_TRUE(r.has_value());
+        EXPECT_EQ(r->fd(), d);
+        EXPECT_TRUE(fd_is_open(d));
+    }
+    EXPECT_TRUE(fd_was_closed(d));
+    EXPECT_TRUE(fd_is_open(a.fd()));
+}
+
+TEST_F(MemoryRegionDeathTest, TouchingPastTheEndOfAShortFileWouldHaveFaulted) {
+    // What FdTooShort prevents: a raw mapping of 2 pages over a 1-page file
+    // succeeds, and its second page raises SIGBUS (ASan reports it and exits).
+    const std::size_t page = page_bytes();
+    const int fd = peer_memfd(page);
+    void* raw = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_NE(raw, MAP_FAILED);
+    EXPECT_DEATH(read_byte(static_cast<std::byte*>(raw) + page), "");
+    munmap(raw, 2 * page);
+    expect_map_fd_fails(fd, 2 * page, 0, MemError::FdTooShort);
+    close(fd);
+}
+
+// ---------------------------------------------------------------------------
+// Seals: pvnet's own memfds cannot shrink; a peer's are reported.
+
+TEST(MemoryRegion, CreatedMemfdCannotBeShrunk) {
+    const std::size_t page = page_bytes();
+    MemoryRegion m = must_create(2 * page);
+    EXPECT_TRUE(m.sealed_against_shrink());
+    // ASSERT: a shrink that succeeded would make the touch below raise SIGBUS.
+    errno = 0;
+    ASSERT_EQ(ftruncate(m.fd(), 0), -1);
+    EXPECT_EQ(errno, EPERM);
+    errno = 0;
+    ASSERT_EQ(ftruncate(m.fd(), static_cast<off_t>(page)), -1);
+    EXPECT_EQ(errno, EPERM);
+    // Through a peer's dup too: the seal is on the file, not the fd.
+    const int d = dup(m.fd());
+    errno = 0;
+    ASSERT_EQ(ftruncate(d, 0), -1);
+    EXPECT_EQ(errno, EPERM);
+    close(d);
+    struct stat st {};
+    ASSERT_EQ(fstat(m.fd(), &st), 0);
+    EXPECT_EQ(static_cast<std::size_t>(st.st_size), 2 * page);
+    m.host()[m.size() - 1] = std::byte{3};  // still mapped, no SIGBUS
+}
+
+TEST(MemoryRegion, CreatedMemfdMayGrowButTakesNoFurtherSeals) {
+    const std::size_t page = page_bytes();
+    MemoryRegion m = must_create(page);
+    const int seals = fcntl(m.fd(), F_GET_SEALS);
+    ASSERT_GE(seals, 0);
+    EXPECT_NE(seals & F_SEAL_SHRINK, 0);
+    EXPECT_NE(seals & F_SEAL_SEAL, 0);
+    EXPECT_EQ(seals & (F_SEAL_GROW | F_SEAL_WRITE), 0);
+    EXPECT_EQ(ftruncate(m.fd(), static_cast<off_t>(2 * page)), 0);
+    // A peer cannot seal it against our writes.
+    errno = 0;
+    EXPECT_EQ(fcntl(m.fd(), F_ADD_SEALS, F_SEAL_WRITE), -1);
+    EXPECT_EQ(errno, EPERM);
+}
+
+TEST(MemoryRegion, MapFdReportsWhetherThePeerSealedAgainstShrink) {
+    const std::size_t page = page_bytes();
+    const int unsealed = peer_memfd(page);  // QEMU's kind: mapped, reported unsealed
+    auto u = MemoryRegion::map_fd(dup(unsealed), page, 0);
+    ASSERT_TRUE(u.has_value());
+    EXPECT_FALSE(u->sealed_against_shrink());
+
+    const int grow_only = peer_memfd(page, F_SEAL_GROW);
+    auto g = MemoryRegion::map_fd(dup(grow_only), page, 0);
+    ASSERT_TRUE(g.has_value());
+    EXPECT_FALSE(g->sealed_against_shrink());
+
+    const int sealed = peer_memfd(page, F_SEAL_SHRINK);
+    auto s = MemoryRegion::map_fd(dup(sealed), page, 0);
+    ASSERT_TRUE(s.has_value());
+    EXPECT_TRUE(s->sealed_against_shrink());
+
+    MemoryRegion own = must_create(page);
+    auto o = MemoryRegion::map_fd(dup(own.fd()), page, 0);
+    ASSERT_TRUE(o.has_value());
+    EXPECT_TRUE(o->sealed_against_shrink());
+
+    // Moves carry the flag.
+    MemoryRegion moved(std::move(s.value()));
+    EXPECT_TRUE(moved.sealed_against_shrink());
+    close(unsealed);
+    close(grow_only);
+    close(sealed);
+}
+
+TEST(MemoryRegion, MapFdOfAFileWithoutSealSupportMapsUnsealed) {
+    // An unlinked file in the working directory (usually not tmpfs, so
+    // F_GET_SEALS may fail with EINVAL): mapped, reported unsealed.
+    char name[] = "pvnet-mem-test-XXXXXX";
+    const int fd = mkostemp(name, O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    unlink(name);
+    ASSERT_EQ(ftruncate(fd, static_cast<off_t>(page_bytes())), 0);
+    auto r = MemoryRegion::map_fd(dup(fd), page_bytes(), 0);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_FALSE(r->sealed_against_shrink());
+    r->host()[0] = std::byte{9};
+    close(fd);
+}
+
+TEST(MemoryRegion, CreateRejectsSizesBeyondOffT) {
+    for (std::size_t bytes : {SIZE_MAX, SIZE_MAX - page_bytes(), SIZE_MAX / 2 + 1}) {
+        auto r = MemoryRegion::create(bytes);
+        ASSERT_FALSE(r.has_value()) << bytes;
+        EXPECT_EQ(r.error(), MemError::BadRegion) << bytes;
+    }
 }
 
 }  // namespace

@@ -379,14 +379,117 @@ TEST_F(MemoryTableTest, AddRejectsZeroSizeAndNullHost) {
     EXPECT_EQ(table_.size(), 0u);
 }
 
-TEST_F(MemoryTableTest, AddRejectsRegionWhoseEndOverflows) {
+TEST_F(MemoryTableTest, AddRejectsRegionWhoseLastBytePasses2To64) {
     auto st = table_.add(GuestAddr(0xFFFF'FFFF'FFFF'F000), backing_.get(0x2000));
     ASSERT_FALSE(st.has_value());
     EXPECT_EQ(st.error(), MemError::BadRegion);
     auto st2 = table_.add(GuestAddr(kU64Max), backing_.get(2));
     ASSERT_FALSE(st2.has_value());
     EXPECT_EQ(st2.error(), MemError::BadRegion);
+    auto st3 = table_.add(GuestAddr(0xFFFF'FFFF'FFFF'F001), backing_.get(0x1000));
+    ASSERT_FALSE(st3.has_value());
+    EXPECT_EQ(st3.error(), MemError::BadRegion);
     EXPECT_EQ(table_.size(), 0u);
+}
+
+// ---------------------------------------------------------------------------
+// The top of the address space: a region may end exactly at 2^64.
+
+constexpr uint64_t kTopPage = 0 - uint64_t{0x1000};  // 2^64 - 4 KiB
+
+TEST_F(MemoryTableTest, RegionEndingExactlyAt2To64IsAddedAndTranslatesItsLastByte) {
+    auto host = add_ok(kTopPage, 0x1000);
+    ASSERT_EQ(table_.size(), 1u);
+    EXPECT_EQ(table_.region(0).gpa.value, kTopPage);
+    EXPECT_EQ(table_.region(0).size_bytes, 0x1000u);
+
+    auto last = translate(kU64Max, 1);
+    ASSERT_TRUE(last.has_value());
+    ASSERT_EQ(*last, 1u);
+    EXPECT_EQ(base_of(out_[0]), host.data() + 0xfff);
+    EXPECT_EQ(out_[0].iov_len, 1u);
+
+    auto whole = translate(kTopPage, 0x1000, Access::Write);
+    ASSERT_TRUE(whole.has_value());
+    ASSERT_EQ(*whole, 1u);
+    EXPECT_EQ(base_of(out_[0]), host.data());
+    EXPECT_EQ(out_[0].iov_len, 0x1000u);
+
+    auto tail = table_.translate_contiguous(GuestAddr(kU64Max - 15), 16, Access::Read);
+    ASSERT_TRUE(tail.has_value());
+    EXPECT_EQ(*tail, host.data() + 0xff0);
+
+    const RegionMapping* r = table_.region_of(GuestAddr(kU64Max));
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->host, host.data());
+    EXPECT_EQ(table_.region_of(GuestAddr(kTopPage - 1)), nullptr);
+}
+
+TEST_F(MemoryTableTest, RangeCrossing2To64IsRejectedUnderTheTopRegion) {
+    add_ok(kTopPage, 0x1000);
+    const struct {
+        uint64_t gpa;
+        uint64_t len;
+    } crossing[] = {
+        {kU64Max, 2},         // last byte and one past
+        {kTopPage, 0x1001},   // whole region plus one
+        {kU64Max - 15, 17},   // ends one past 2^64
+        {kTopPage, kU64Max},  // wraps far
+        {kU64Max, kU64Max},   // wraps to just below itself
+    };
+    for (const auto& c : crossing) {
+        auto r = translate(c.gpa, c.len);
+        ASSERT_FALSE(r.has_value()) << std::hex << c.gpa << "+" << c.len;
+        EXPECT_EQ(r.error(), MemError::AddrOverflow) << std::hex << c.gpa << "+" << c.len;
+        auto rc = table_.translate_contiguous(GuestAddr(c.gpa), c.len, Access::Read);
+        ASSERT_FALSE(rc.has_value());
+        EXPECT_EQ(rc.error(), MemError::AddrOverflow);
+    }
+}
+
+TEST_F(MemoryTableTest, RangeEndingAt2To64AcrossTwoTopRegionsIsTwoPieces) {
+    auto low = add_ok(kTopPage - 0x1000, 0x1000);
+    auto top = add_ok(kTopPage, 0x1000);
+    auto r = translate(kTopPage - 0x800, 0x1800);
+    ASSERT_TRUE(r.has_value());
+    ASSERT_EQ(*r, 2u);
+    EXPECT_EQ(base_of(out_[0]), low.data() + 0x800);
+    EXPECT_EQ(out_[0].iov_len, 0x800u);
+    EXPECT_EQ(base_of(out_[1]), top.data());
+    EXPECT_EQ(out_[1].iov_len, 0x1000u);
+    // With room for one piece only, the crossing is reported, not truncated.
+    auto one = table_.translate(GuestAddr(kTopPage - 0x800), 0x1800, Access::Read,
+                                std::span<iovec>(out_.data(), 1));
+    ASSERT_FALSE(one.has_value());
+    EXPECT_EQ(one.error(), MemError::TooManyPieces);
+}
+
+TEST_F(MemoryTableTest, AddRejectsOverlapWithTheTopRegion) {
+    add_ok(kTopPage, 0x1000);
+    const struct {
+        const char* what;
+        uint64_t gpa;
+        std::size_t bytes;
+    } shapes[] = {
+        {"identical", kTopPage, 0x1000},
+        {"top byte", kU64Max, 1},
+        {"upper half", kTopPage + 0x800, 0x800},
+        {"runs into it from below", kTopPage - 0x10, 0x20},
+        {"covers it", kTopPage - 0x1000, 0x2000},
+    };
+    for (const auto& s : shapes) {
+        auto st = table_.add(GuestAddr(s.gpa), backing_.get(s.bytes));
+        ASSERT_FALSE(st.has_value()) << s.what;
+        EXPECT_EQ(st.error(), MemError::RegionOverlap) << s.what;
+    }
+    add_ok(kTopPage - 0x1000, 0x1000);  // touching from below is fine
+    EXPECT_EQ(table_.size(), 2u);
+    // Added in the other order: the top region overlapping an existing one.
+    MemoryTable t;
+    ASSERT_TRUE(t.add(GuestAddr(kU64Max), backing_.get(1)).has_value());
+    auto st = t.add(GuestAddr(kTopPage), backing_.get(0x1000));
+    ASSERT_FALSE(st.has_value());
+    EXPECT_EQ(st.error(), MemError::RegionOverlap);
 }
 
 TEST_F(MemoryTableTest, AddRejectsMoreThanMaxRegions) {
@@ -507,7 +610,9 @@ Expected model_translate(const Model& m, uint64_t lo, uint64_t hi, uint64_t gpa,
 
 TEST(MemoryTableProperty, TranslateMatchesByteByByteModel) {
     constexpr uint64_t kSpace = 3000;  // regions live in [base, base + kSpace)
-    const uint64_t bases[] = {0, 0xFFFF'F000, 0x7fff'ffff'ffff'ff00ull, kU64Max - kSpace};
+    constexpr uint64_t kTopBase = 0 - kSpace;  // base + kSpace == 2^64
+    const uint64_t bases[] = {0, 0xFFFF'F000, 0x7fff'ffff'ffff'ff00ull, kU64Max - kSpace, kTopBase};
+    int top_region_successes = 0;
     const Access accesses[] = {Access::Read, Access::Write, Access::ReadWrite};
     int successes = 0;
     int multi_piece = 0;
@@ -532,6 +637,11 @@ TEST(MemoryTableProperty, TranslateMatchesByteByByteModel) {
             cursor += size;
             if (uni(0, 2) != 0) cursor += uni(1, 50);  // a hole, else adjacent
         }
+        // At the top base, the last region ends exactly at 2^64.
+        if (base == kTopBase && cursor < kSpace && regions.size() < MemoryTable::kMaxRegions) {
+            const uint64_t size = kSpace - cursor;
+            regions.push_back({base + cursor, size, backing.get(size).data(), Access::ReadWrite});
+        }
         ASSERT_FALSE(regions.empty());
 
         // Add them in random order.
@@ -555,6 +665,13 @@ TEST(MemoryTableProperty, TranslateMatchesByteByByteModel) {
                 case 1: len = kU64Max - uni(0, 4096); break;
                 case 2: gpa = regions[uni(0, regions.size() - 1)].gpa; [[fallthrough]];
                 case 3: len = uni(1, 600); break;
+                case 4: {
+                    // From inside the highest region to 2^64 - 1, 2^64 or past it.
+                    const ModelRegion& top = regions.back();
+                    gpa = top.gpa + uni(0, top.size - 1);
+                    len = (0 - gpa) - 1 + uni(0, 2);
+                    break;
+                }
                 default: len = uni(1, 120); break;
             }
             const Access access = accesses[uni(0, 2)];
@@ -573,6 +690,7 @@ TEST(MemoryTableProperty, TranslateMatchesByteByByteModel) {
                 }
                 ++successes;
                 if (e.pieces.size() > 1) ++multi_piece;
+                if (gpa + (len - 1) == kU64Max) ++top_region_successes;
             } else {
                 ASSERT_FALSE(r.has_value()) << "accepted a bad range";
                 EXPECT_TRUE(e.errors.count(r.error()) == 1)
@@ -597,6 +715,7 @@ TEST(MemoryTableProperty, TranslateMatchesByteByByteModel) {
     // The generator must actually reach the interesting cases.
     EXPECT_GT(successes, 1000) << successes;
     EXPECT_GT(multi_piece, 100) << multi_piece;
+    EXPECT_GT(top_region_successes, 10) << "too few ranges ending at 2^64 translated";
 }
 
 }  // namespace

@@ -16,8 +16,10 @@ enum class MemError : uint8_t {
     AccessDenied,     ///< write to a read-only region
     RegionOverlap,    ///< a new region overlaps an existing one
     TooManyRegions,   ///< table full
-    BadRegion,        ///< zero size, or gpa + size overflows
-    SystemError,      ///< memfd_create / mmap / ftruncate failed (errno logged)
+    BadRegion,        ///< zero size, unaligned offset, or the region's last byte past 2^64 - 1
+    BadFd,            ///< not an open read-write regular file (memfd), or sealed against writes
+    FdTooShort,       ///< the file is shorter than offset + size: touching the tail would SIGBUS
+    SystemError,      ///< memfd_create / mmap / ftruncate / sealing failed (errno logged)
     Count
 };
 
@@ -31,7 +33,9 @@ constexpr std::string_view to_string(MemError e) noexcept {
         case MemError::AccessDenied: return "access not permitted by region";
         case MemError::RegionOverlap: return "region overlaps an existing region";
         case MemError::TooManyRegions: return "too many memory regions";
-        case MemError::BadRegion: return "region size zero or overflowing";
+        case MemError::BadRegion: return "region size zero, offset unaligned or end overflowing";
+        case MemError::BadFd: return "fd is not a writable regular file or memfd";
+        case MemError::FdTooShort: return "file shorter than offset + size";
         case MemError::SystemError: return "system call failed";
         case MemError::Count: break;
     }

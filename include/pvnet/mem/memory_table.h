@@ -18,6 +18,8 @@
 
 namespace pvnet::mem {
 
+/// One region of the map. gpa + size_bytes may be 2^64 exactly (wrapping to
+/// 0 in uint64_t): compare by the last byte, gpa + (size_bytes - 1).
 struct RegionMapping {
     GuestAddr gpa;
     uint64_t size_bytes = 0;
@@ -31,12 +33,14 @@ public:
     /// baseline is 8. 64 covers QEMU's usual layouts with room to spare.
     static constexpr std::size_t kMaxRegions = 64;
 
-    /// Adds a region; rejects zero size, gpa + size overflow and overlap.
+    /// Adds a region; rejects zero size, a last byte past 2^64 - 1 and overlap
+    /// (BadRegion, RegionOverlap). A region may end exactly at 2^64.
     Status<MemError> add(GuestAddr gpa, std::span<std::byte> host,
                          Access access = Access::ReadWrite) noexcept;
 
     /// Translates [gpa, gpa+len) into host pieces appended to `out`, one per
-    /// region crossed. Returns the number of pieces written.
+    /// region crossed. Returns the number of pieces written. The range may end
+    /// exactly at 2^64; one whose last byte lies past 2^64 - 1 is AddrOverflow.
     Result<std::size_t, MemError> translate(GuestAddr gpa, uint64_t len, Access access,
                                             std::span<iovec> out) const noexcept;
 
