@@ -11,7 +11,8 @@
 
 #include "pvnet/port/gen_loop_port.h"
 #include "pvnet/util/thread.h"
-#include "pvnet/bench/testbed.h"
+#include "pvnet/bench/clock.h"
+#include "pvnet/pair/guest_pair.h"
 
 namespace pvnet::bench {
 namespace {
@@ -29,11 +30,14 @@ public:
     bool rx_pending() const noexcept { return flood_.rx_pending(); }
     uint32_t recv(std::span<const iovec> dst) noexcept { return flood_.recv(dst); }
 
-    bool send(std::span<const iovec> src, uint32_t len) noexcept {
+    port::SendResult send(std::span<const iovec> src, uint32_t len) noexcept {
         constexpr uint32_t kHdr = port::GenLoopPort::kHdrBytes;
-        if (len < kHdr + port::kSeqOffset + 8 || src.empty() || src[0].iov_len < len) return false;
+        if (len < kHdr + port::kSeqOffset + 8 || src.empty() || src[0].iov_len < len) {
+            tx_bad.add();
+            return port::SendResult::Dropped;
+        }
         const auto* frame = static_cast<const std::byte*>(src[0].iov_base) + kHdr;
-        if (!port::is_valid(sink_.check_frame(frame, len - kHdr))) return false;
+        if (!port::is_valid(sink_.check_frame(frame, len - kHdr))) return port::SendResult::Dropped;
         uint64_t seq_be;
         std::memcpy(&seq_be, frame + port::kSeqOffset, sizeof seq_be);
         const uint64_t seq = __builtin_bswap64(seq_be);
@@ -42,8 +46,10 @@ public:
         if (samples_.size() < samples_.capacity()) {
             samples_.push_back({send_ns_[seq % send_ns_.size()], now_ns()});
         }
-        return true;
+        return port::SendResult::Sent;
     }
+
+    Counter tx_bad;  ///< frames too short to carry a sequence number
 
     void stop() noexcept { flood_.stop(); }
     port::FrameSink& sink() noexcept { return sink_; }
@@ -75,7 +81,7 @@ FairnessResult run_fairness(const FairnessConfig& cfg) noexcept {
         res.error = "bad frame size or rate";
         return res;
     }
-    Testbed tb;
+    pair::GuestPair tb;
     if (auto err = tb.setup(cfg.queue_size, cfg.event_idx)) {
         res.error = *err;
         return res;
@@ -84,11 +90,11 @@ FairnessResult run_fairness(const FairnessConfig& cfg) noexcept {
     const auto max_frames = static_cast<std::size_t>(cfg.tx_pps * total_s) + 1024;
     std::vector<uint64_t> send_ns(max_frames, 0);
     FairnessPort port(*fmt, send_ns, max_frames);
-    backend::VhostNetConfig bc = tb.backend_config(cfg.event_idx);
+    backend::VhostNetOptions bc;
     bc.rx_weight = cfg.rx_weight;
     bc.tx_weight = cfg.tx_weight;
     bc.mode = cfg.mode;
-    auto be = backend::VhostNet<FairnessPort>::create(tb.backend_table, bc, tb.backend_fds(), port);
+    auto be = backend::VhostNet<FairnessPort>::create(tb.device_setup(), bc, port);
     if (!be) {
         res.error = "backend setup";
         return res;
@@ -169,7 +175,7 @@ FairnessResult run_fairness(const FairnessConfig& cfg) noexcept {
         sleep_s(0.01);
     }
     stop_guest.store(true, std::memory_order_relaxed);
-    tb.rx_call->signal();
+    tb.rx_call().signal();
     guest_thread.join();
     dev.stop();
 
@@ -198,7 +204,7 @@ FairnessResult run_fairness(const FairnessConfig& cfg) noexcept {
         res.rx_requeue_per_kpkt = static_cast<double>(req1 - req0) * 1000.0 / static_cast<double>(rxp1 - rxp0);
     }
     const uint64_t drops = guest.stats().tx_drop_ring_full.get();
-    const bool broken = tb.any_broken(dev.rx_queue(), dev.tx_queue());
+    const bool broken = tb.any_broken(dev);
     res.ok = !broken && res.tx_corrupt == 0 && res.tx_delivered + drops == res.tx_sent;
     if (broken) res.error = "a queue broke";
     else if (!res.ok) res.error = "tx frames unaccounted for";

@@ -11,7 +11,8 @@
 
 #include "pvnet/frontend/virtio_net.h"
 #include "pvnet/port/gen_loop_port.h"
-#include "pvnet/bench/testbed.h"
+#include "pvnet/bench/clock.h"
+#include "pvnet/pair/guest_pair.h"
 #include "pvnet/util/thread.h"
 
 namespace pvnet::bench {
@@ -43,18 +44,17 @@ PvpResult run_pvp(const PvpConfig& cfg) noexcept {
         res.error = std::string(port::to_string(fmt.error()));
         return res;
     }
-    Testbed tb;
+    pair::GuestPair tb;
     if (auto err = tb.setup(cfg.queue_size, cfg.event_idx)) {
         res.error = *err;
         return res;
     }
     port::GenLoopPort port(*fmt);
-    backend::VhostNetConfig bc = tb.backend_config(cfg.event_idx);
+    backend::VhostNetOptions bc;
     bc.rx_weight = cfg.weight;
     bc.tx_weight = cfg.tx_weight;
     bc.mode = cfg.mode;
-    auto be = backend::VhostNet<port::GenLoopPort>::create(tb.backend_table, bc, tb.backend_fds(),
-                                                           port);
+    auto be = backend::VhostNet<port::GenLoopPort>::create(tb.device_setup(), bc, port);
     if (!be) {
         res.error = "backend setup";
         return res;
@@ -135,7 +135,7 @@ PvpResult run_pvp(const PvpConfig& cfg) noexcept {
         last = acc;
     }
     guest_stop.store(true, std::memory_order_relaxed);
-    tb.rx_call->signal();
+    tb.rx_call().signal();
     guest_thread.join();
     dev.stop();
 
@@ -171,7 +171,7 @@ PvpResult run_pvp(const PvpConfig& cfg) noexcept {
     res.rx_max_run_pkts = bs.rx_max_run_pkts.get();
     res.tx_max_run_pkts = bs.tx_max_run_pkts.get();
 
-    const bool broken = tb.any_broken(dev.rx_queue(), dev.tx_queue());
+    const bool broken = tb.any_broken(dev);
     // sent = delivered + drops, and the sink's own view agrees.
     const bool balanced = res.delivered + res.drop_tx_full + res.drop_other == res.generated &&
                           res.delivered + res.lost - res.reordered == res.generated;

@@ -15,7 +15,8 @@
 #include "pvnet/frontend/flow.h"
 #include "pvnet/port/echo_port.h"
 #include "pvnet/util/thread.h"
-#include "pvnet/bench/testbed.h"
+#include "pvnet/bench/clock.h"
+#include "pvnet/pair/guest_pair.h"
 
 namespace pvnet::bench {
 namespace {
@@ -70,7 +71,7 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
     fc.clean_tx_at_rx = at_rx;
     fc.busy_poll_usecs = cfg.busy_poll_usecs;
     fc.ctrl_vq = true;
-    Testbed tb;
+    pair::GuestPair tb;
     if (auto err = tb.setup(fc)) {
         res.error = *err;
         return res;
@@ -82,11 +83,10 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
     }
     port::EchoPort& srv = **server;
     srv.set_work_ns(cfg.server_ns);
-    backend::VhostNetConfig bc = tb.backend_config(true);
+    backend::VhostNetOptions bc;
     bc.busyloop_usecs = cfg.busyloop_usecs;
     bc.tx_weight.pkts = cfg.tx_weight_pkts;
-    auto be = backend::VhostNet<port::EchoPort>::create(tb.backend_table, bc, tb.backend_fds(), srv,
-                                                         tb.backend_ctrl_fds());
+    auto be = backend::VhostNet<port::EchoPort>::create(tb.device_setup(), bc, srv);
     if (!be) {
         res.error = "backend setup";
         return res;
@@ -195,7 +195,7 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
             if (n == 0 && queued == 0 && guest.napi_complete()) {
                 // Idle: sleep on either interrupt, bounded (and until the
                 // next paced request).
-                pollfd p[2] = {{tb.rx_call->fd(), POLLIN, 0}, {tb.tx_call->fd(), POLLIN, 0}};
+                pollfd p[2] = {{tb.rx_call().fd(), POLLIN, 0}, {tb.tx_call().fd(), POLLIN, 0}};
                 // ppoll: the light load's gaps are below a millisecond, and
                 // poll()'s ms timeout would turn them into a spin.
                 uint64_t timeout_ns = 10'000'000;
@@ -206,7 +206,7 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
                 const timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000u),
                                   static_cast<long>(timeout_ns % 1'000'000'000u)};
                 if (ppoll(p, 2, &ts, nullptr) > 0 && (p[0].revents & POLLIN)) {
-                    tb.rx_call->consume();
+                    tb.rx_call().consume();
                 }
             }
         }
@@ -231,7 +231,7 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
                     fs.rx_kicks.get() + fs.tx_kicks.get(),
                     fs.tx_interrupts.get(),
                     bs.rx_coalesce_timer_fires.get() + bs.tx_coalesce_timer_fires.get(),
-                    bs.busy_poll_hits.get() + fs.busy_poll_hits.get(),
+                    dev.device_stats().busy_poll_hits.get() + fs.busy_poll_hits.get(),
                     fs.tx_completions.get(),
                     fs.tx_completions_at_rx.get()};
     };
@@ -241,7 +241,7 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
     // +coalesce columns set the tx queue (64 frames / 64 us); rx-* is 0/0
     // (immediate) unless asked for.
     if (coalesce) {
-        if (!tb.fe->set_coalesce(notify::CoalesceParams{cfg.rx_frames, cfg.rx_usecs},
+        if (!tb.fe().set_coalesce(notify::CoalesceParams{cfg.rx_frames, cfg.rx_usecs},
                                  notify::CoalesceParams{cfg.tx_frames, cfg.tx_usecs})) {
             res.error = "NOTF_COAL control request failed";
         }
@@ -251,7 +251,7 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
     sleep_s(cfg.seconds);
     const Snap b = snap();
     stop.store(true, std::memory_order_relaxed);
-    tb.rx_call->signal();
+    tb.rx_call().signal();
     guest_thread.join();
     dev.stop();
 
@@ -287,7 +287,7 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
         res.sndbuf_stalls += f->stats().sndbuf_stalls.get();
         res.sndbuf_stall_ms += static_cast<double>(f->stats().sndbuf_stall_ns.get()) / 1e6;
     }
-    const bool broken = tb.any_broken(dev.rx_queue(), dev.tx_queue());
+    const bool broken = tb.any_broken(dev);
     res.ok = !broken && pkts > 0 && res.error.empty();
     if (broken) res.error = "a queue broke";
     else if (!res.ok && res.error.empty()) res.error = "nothing was sent";

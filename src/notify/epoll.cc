@@ -36,37 +36,46 @@ Epoll::~Epoll() {
     if (fd_ >= 0) close(fd_);
 }
 
-Status<NotifyError> Epoll::add(int fd, uint32_t tag) noexcept {
+static_assert(kEpollIn == EPOLLIN && kEpollOut == EPOLLOUT && kEpollErr == EPOLLERR &&
+              kEpollHup == EPOLLHUP);
+
+namespace {
+Status<NotifyError> ctl(int epfd, int op, int fd, uint32_t tag, uint32_t events) noexcept {
     epoll_event ev{};
-    ev.events = EPOLLIN;
+    ev.events = events;
     ev.data.u32 = tag;
-    if (epoll_ctl(fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        std::fprintf(stderr, "pvnet notify: epoll_ctl: %s\n", std::strerror(errno));
+    if (epoll_ctl(epfd, op, fd, &ev) != 0) {
+        std::fprintf(stderr, "pvnet notify: epoll_ctl(%d, fd %d): %s\n", op, fd,
+                     std::strerror(errno));
         return unexpected(NotifyError::SystemError);
     }
     return {};
 }
+}  // namespace
 
-Status<NotifyError> Epoll::modify(int fd, uint32_t tag, bool readable) noexcept {
-    epoll_event ev{};
-    ev.events = readable ? EPOLLIN : 0u;
-    ev.data.u32 = tag;
-    if (epoll_ctl(fd_, EPOLL_CTL_MOD, fd, &ev) != 0) {
-        std::fprintf(stderr, "pvnet notify: epoll_ctl mod: %s\n", std::strerror(errno));
-        return unexpected(NotifyError::SystemError);
-    }
-    return {};
+Status<NotifyError> Epoll::add(int fd, uint32_t tag, uint32_t events) noexcept {
+    return ctl(fd_, EPOLL_CTL_ADD, fd, tag, events);
 }
 
-std::size_t Epoll::wait(std::span<uint32_t> tags, int timeout_ms) noexcept {
+Status<NotifyError> Epoll::modify(int fd, uint32_t tag, uint32_t events) noexcept {
+    return ctl(fd_, EPOLL_CTL_MOD, fd, tag, events);
+}
+
+Status<NotifyError> Epoll::remove(int fd) noexcept {
+    return ctl(fd_, EPOLL_CTL_DEL, fd, 0, 0);
+}
+
+std::size_t Epoll::wait(std::span<EpollEvent> out, int timeout_ms) noexcept {
     std::array<epoll_event, 16> ev;
-    const int max = static_cast<int>(std::min(tags.size(), ev.size()));
+    const int max = static_cast<int>(std::min(out.size(), ev.size()));
     int n;
     do {
         n = epoll_wait(fd_, ev.data(), max, timeout_ms);
     } while (n < 0 && errno == EINTR);
     if (n <= 0) return 0;
-    for (int i = 0; i < n; ++i) tags[static_cast<std::size_t>(i)] = ev[static_cast<std::size_t>(i)].data.u32;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
+        out[i] = EpollEvent{ev[i].data.u32, ev[i].events};
+    }
     return static_cast<std::size_t>(n);
 }
 

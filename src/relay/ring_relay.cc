@@ -20,6 +20,18 @@ unsigned tap_offloads(bool on) noexcept {
     return on ? port::kTunFCsum | port::kTunFTso4 | port::kTunFTso6 : 0u;
 }
 
+/// The same set as virtio features: CSUM/GUEST_CSUM and TSO4/6 both ways.
+constexpr uint64_t kRelayOffloadFeatures = [] {
+    using namespace virtio;
+    uint64_t f = 0;
+    for (const unsigned b : {VIRTIO_NET_F_CSUM, VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_HOST_TSO4,
+                             VIRTIO_NET_F_HOST_TSO6, VIRTIO_NET_F_GUEST_TSO4,
+                             VIRTIO_NET_F_GUEST_TSO6}) {
+        f |= feature_mask(b);
+    }
+    return f;
+}();
+
 uint64_t drops(const port::TapPort& t) noexcept { return t.tx_drop_errno.total(); }
 
 bool is_gso(const std::byte* hdr, uint32_t len) noexcept {
@@ -59,13 +71,18 @@ Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRela
     fc.tx_max_pieces = static_cast<uint16_t>(r->max_pieces_);
     fc.n_bufs = uint32_t{fc.rx_size} + (uint32_t{fc.tx_size} + 1u) * r->max_pieces_;
     if (auto err = r->tb_.setup(fc)) return unexpected("guest setup: " + *err);
-    backend::VhostNetConfig bc = r->tb_.backend_config(fc.event_idx);
-    bc.rx_weight = cfg.rx_weight;
-    bc.tx_weight = cfg.tx_weight;
-    bc.busyloop_usecs = cfg.busyloop_usecs;
-    auto dev = backend::VhostNet<port::TapPort>::create(r->tb_.backend_table, bc, r->tb_.backend_fds(),
-                                                        *r->tap_b_, r->tb_.backend_ctrl_fds());
-    if (!dev) return unexpected(std::string("backend setup failed"));
+    backend::VhostNetOptions bo;
+    bo.rx_weight = cfg.rx_weight;
+    bo.tx_weight = cfg.tx_weight;
+    bo.busyloop_usecs = cfg.busyloop_usecs;
+    // The offloads tap B may hand us are what the guest accepts: the device
+    // sizes mergeable rx from them.
+    auto dev = backend::VhostNet<port::TapPort>::create(
+        r->tb_.device_setup(cfg.offloads ? kRelayOffloadFeatures : 0), bo, *r->tap_b_);
+    if (!dev) {
+        return unexpected(std::string("backend setup: ") +
+                          std::string(backend::to_string(dev.error())));
+    }
     r->dev_ = std::move(*dev);
     if (cfg.direct) {
         r->tb_.qp().set_direct_tx(frontend::DirectTx{
@@ -82,7 +99,7 @@ Status<std::string> RingRelay::start() {
     if (started_) return {};
     started_ = true;
     dev_->start(cfg_.backend_cpu);
-    if (!tb_.fe->set_coalesce(cfg_.rx_coalesce, cfg_.tx_coalesce)) {
+    if (!tb_.fe().set_coalesce(cfg_.rx_coalesce, cfg_.tx_coalesce)) {
         return unexpected(std::string("NOTF_COAL control request failed"));
     }
     guest_thread_ = std::thread([this] { guest_loop(); });
@@ -92,7 +109,7 @@ Status<std::string> RingRelay::start() {
 void RingRelay::stop() noexcept {
     if (!started_) return;
     stop_.store(true, std::memory_order_relaxed);
-    tb_.rx_call->signal();  // wakes a sleeping guest thread
+    tb_.rx_call().signal();  // wakes a sleeping guest thread
     if (guest_thread_.joinable()) guest_thread_.join();
     dev_->stop();
     started_ = false;
@@ -184,15 +201,15 @@ void RingRelay::guest_loop() noexcept {
             // Idle: sleep on tap A (unless the tx queue is stopped: then only
             // the tx interrupt can restart it) and both interrupts.
             pollfd p[3] = {{tap_a_->rx_fd(), static_cast<short>(qp.tx_stopped() ? 0 : POLLIN), 0},
-                           {tb_.rx_call->fd(), POLLIN, 0},
-                           {tb_.tx_call->fd(), POLLIN, 0}};
-            if (poll(p, 3, 100) > 0 && (p[1].revents & POLLIN)) tb_.rx_call->consume();
+                           {tb_.rx_call().fd(), POLLIN, 0},
+                           {tb_.tx_call().fd(), POLLIN, 0}};
+            if (poll(p, 3, 100) > 0 && (p[1].revents & POLLIN)) tb_.rx_call().consume();
         }
     }
 }
 
 RingRelayCounters RingRelay::counters() const noexcept {
-    const auto& fs = tb_.fe->queue_pair(0).stats();
+    const auto& fs = tb_.fe().queue_pair(0).stats();
     const auto& bs = dev_->stats();
     RingRelayCounters c;
     c.a_to_b_pkts = bs.tx_pkts.get();
@@ -214,7 +231,7 @@ RingRelayCounters RingRelay::counters() const noexcept {
     c.ring_drops = lost_.get() + fs.tx_drop_ring_full.get() + fs.rx_drop_bad_len.get() +
                    bs.tx_drop_bad_chain.get() + bs.rx_drop_bad_chain.get() +
                    bs.rx_drop_no_room.get();
-    c.broken = tb_.any_broken(dev_->rx_queue(), dev_->tx_queue());
+    c.broken = tb_.any_broken(*dev_);
     return c;
 }
 

@@ -9,6 +9,7 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +23,8 @@
 #include <vector>
 
 #include "pvnet/backend/vhost_net.h"
+#include "pvnet/pair/shared_memory_pair.h"
+#include "pvnet/virtio/virtio_config.h"
 #include "pvnet/mem/guest_addr.h"
 #include "pvnet/mem/memory_region.h"
 #include "pvnet/mem/memory_table.h"
@@ -97,6 +100,10 @@ struct FakePort {
     std::function<void()> on_send;  ///< after each send
     std::function<void()> on_recv;  ///< after each recv
 
+    /// rx_fd() for the worker's epoll (-1: none, the worker polls rx_pending).
+    int fd = -1;
+    int rx_fd() const noexcept { return fd; }
+
     bool rx_pending() noexcept { return rx_left != 0; }
     uint32_t next_len() const noexcept {
         return rx_lens.empty() ? rx_len : rx_lens[rx_seq % rx_lens.size()];
@@ -129,7 +136,16 @@ struct FakePort {
         return ret;
     }
 
-    bool send(std::span<const iovec> src, uint32_t len) noexcept {
+    /// While > 0, send() says Retry (the port is full) and counts it down.
+    uint32_t tx_retry_left = 0;
+    uint64_t send_retries = 0;
+
+    port::SendResult send(std::span<const iovec> src, uint32_t len) noexcept {
+        if (tx_retry_left != 0) {
+            --tx_retry_left;
+            ++send_retries;
+            return port::SendResult::Retry;
+        }
         std::vector<std::byte> pkt;
         for (const iovec& v : src) {
             const auto* b = static_cast<const std::byte*>(v.iov_base);
@@ -145,7 +161,7 @@ struct FakePort {
         sent_lens.push_back(len);
         sent_bytes += len;
         if (on_send) on_send();
-        return ok;
+        return ok ? port::SendResult::Sent : port::SendResult::Dropped;
     }
 };
 
@@ -159,14 +175,17 @@ struct Options {
     notify::CoalesceParams tx_coalesce{};
     uint32_t busyloop_usecs = 0;
     bool mergeable_rx = false;
+    uint64_t extra_features = 0;  ///< e.g. GUEST_TSO4: OR-ed into the feature word
+    int port_rx_fd = -1;          ///< FakePort::fd
 };
 
-/// Guest memory, both rings with a test-driven driver on each, the
-/// doorbells, the port and the device under test.
+/// Guest memory (the in-process pairing's two views), both rings with a
+/// test-driven driver on each, the doorbells, the port and the device
+/// under test, configured from the pairing's device description.
 class Harness {
 public:
-    static constexpr uint64_t kBase = 0x100000;
-    static constexpr uint64_t kRingArea = 64 * 1024;  ///< per ring (size <= 1024)
+    static constexpr uint64_t kBase = pair::kGuestBase;
+    static constexpr uint64_t kRingArea = 1024 * 1024;  ///< per ring (size <= 32768)
     static constexpr uint32_t kSlotBytes = 2048;
     static constexpr uint32_t kSlots = 2048;
     static constexpr uint64_t kMemBytes = 2 * kRingArea + uint64_t{kSlots} * kSlotBytes;
@@ -176,54 +195,55 @@ public:
 
     explicit Harness(const Options& o) : opt_(o) {
         if (ring::split_ring_bytes(o.size) > kRingArea) throw std::logic_error("ring too big");
-        auto r = mem::MemoryRegion::create(kMemBytes, "vhost_net_test");
-        if (!r) throw std::runtime_error("MemoryRegion::create");
-        region_.emplace(std::move(r.value()));
-        if (!table_.add(GuestAddr(kBase), region_->bytes())) throw std::runtime_error("table");
+        if (auto err = pairing_.setup_memory(kMemBytes, 2, "vhost_net_test")) {
+            throw std::runtime_error(*err);
+        }
         rx_addrs_ = ring::split_ring_addrs_at(GuestAddr(kBase), o.size);
         tx_addrs_ = ring::split_ring_addrs_at(GuestAddr(kBase + kRingArea), o.size);
 
         ring::DriverQueueConfig dq;
         dq.event_idx = o.event_idx;
         dq.addrs = rx_addrs_;
-        auto rxd = ring::SplitDriverQueue::create(table_, dq);
+        auto rxd = ring::SplitDriverQueue::create(pairing_.guest_table(), dq);
         dq.addrs = tx_addrs_;
-        auto txd = ring::SplitDriverQueue::create(table_, dq);
+        auto txd = ring::SplitDriverQueue::create(pairing_.guest_table(), dq);
         if (!rxd || !txd) throw std::runtime_error("SplitDriverQueue::create");
         rxd_ = std::move(*rxd);
         txd_ = std::move(*txd);
 
-        for (auto* e : {&rx_kick_, &tx_kick_, &rx_call_, &tx_call_}) {
-            auto fd = notify::EventFd::create();
-            if (!fd) throw std::runtime_error("EventFd::create");
-            e->emplace(std::move(*fd));
-        }
-
-        VhostNetConfig cfg;
-        cfg.rx.addrs = rx_addrs_;
-        cfg.tx.addrs = tx_addrs_;
-        cfg.rx.event_idx = cfg.tx.event_idx = o.event_idx;
-        cfg.rx_weight = o.rx_weight;
-        cfg.tx_weight = o.tx_weight;
-        cfg.mode = o.mode;
-        cfg.rx_coalesce = o.rx_coalesce;
-        cfg.tx_coalesce = o.tx_coalesce;
-        cfg.busyloop_usecs = o.busyloop_usecs;
-        cfg.mergeable_rx = o.mergeable_rx;
-        auto d = Dev::create(table_, cfg,
-                             VhostNetFds{&*rx_kick_, &*tx_kick_, &*rx_call_, &*tx_call_}, port);
+        port.fd = o.port_rx_fd;
+        VhostNetOptions opt;
+        opt.rx_weight = o.rx_weight;
+        opt.tx_weight = o.tx_weight;
+        opt.mode = o.mode;
+        opt.rx_coalesce = o.rx_coalesce;
+        opt.tx_coalesce = o.tx_coalesce;
+        opt.busyloop_usecs = o.busyloop_usecs;
+        auto d = Dev::create(setup(), opt, port);
         if (!d) throw std::runtime_error("VhostNet::create");
         dev_ = std::move(*d);
+    }
+
+    /// The device description the pairing produces for these rings.
+    DeviceSetup setup() const {
+        const std::array<SplitRingAddrs, 2> rings{rx_addrs_, tx_addrs_};
+        return pairing_.device_setup(features(), rings);
+    }
+    uint64_t features() const {
+        uint64_t f = virtio::feature_mask(virtio::VIRTIO_F_VERSION_1) | opt_.extra_features;
+        if (opt_.event_idx) f |= virtio::feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX);
+        if (opt_.mergeable_rx) f |= virtio::feature_mask(virtio::VIRTIO_NET_F_MRG_RXBUF);
+        return f;
     }
 
     Dev& dev() { return *dev_; }
     const VhostNetStats& stats() const { return dev_->stats(); }
     ring::SplitDriverQueue& rxd() { return *rxd_; }
     ring::SplitDriverQueue& txd() { return *txd_; }
-    const notify::EventFd& rx_call() const { return *rx_call_; }
-    const notify::EventFd& tx_call() const { return *tx_call_; }
-    const notify::EventFd& rx_kick() const { return *rx_kick_; }
-    const notify::EventFd& tx_kick() const { return *tx_kick_; }
+    const notify::EventFd& rx_call() const { return pairing_.call(rx_vring(0)); }
+    const notify::EventFd& tx_call() const { return pairing_.call(tx_vring(0)); }
+    const notify::EventFd& rx_kick() const { return pairing_.kick(rx_vring(0)); }
+    const notify::EventFd& tx_kick() const { return pairing_.kick(tx_vring(0)); }
     const SplitRingAddrs& rx_addrs() const { return rx_addrs_; }
     const SplitRingAddrs& tx_addrs() const { return tx_addrs_; }
     uint16_t size() const { return opt_.size; }
@@ -233,7 +253,7 @@ public:
     static GuestAddr slot_gpa(uint64_t token) {
         return GuestAddr(kDataGpa + (token % kSlots) * kSlotBytes);
     }
-    std::byte* host(GuestAddr gpa) const { return region_->host() + (gpa.value - kBase); }
+    std::byte* host(GuestAddr gpa) const { return pairing_.guest_host(gpa); }
 
     // ---- the guest driver ----------------------------------------------------
 
@@ -308,11 +328,9 @@ public:
 
 private:
     Options opt_;
-    std::optional<mem::MemoryRegion> region_;
-    mem::MemoryTable table_;
+    pair::SharedMemoryPair pairing_;
     SplitRingAddrs rx_addrs_, tx_addrs_;
     std::unique_ptr<ring::SplitDriverQueue> rxd_, txd_;
-    std::optional<notify::EventFd> rx_kick_, tx_kick_, rx_call_, tx_call_;
     std::unique_ptr<Dev> dev_;
 };
 
@@ -335,11 +353,16 @@ inline uint64_t run_tx(Harness& h) {
     return h.port.sent_lens.size() - before;
 }
 
-/// Runs handle_rx once; returns the rx chains it consumed.
+/// Packets handle_rx has handled: delivered, or dropped with a reason.
+inline uint64_t rx_handled(const VhostNetStats& s) {
+    return s.rx_pkts.get() + s.rx_drop_bad_chain.get() + s.rx_drop_no_room.get();
+}
+
+/// Runs handle_rx once; returns the packets it handled (delivered or dropped).
 inline uint64_t run_rx(Harness& h) {
-    const uint64_t before = h.stats().rx_pkts.get();
+    const uint64_t before = rx_handled(h.stats());
     h.dev().handle_rx();
-    return h.stats().rx_pkts.get() - before;
+    return rx_handled(h.stats()) - before;
 }
 
 }  // namespace pvnet::backend::harness

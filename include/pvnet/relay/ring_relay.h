@@ -27,7 +27,7 @@
 #include <thread>
 
 #include "pvnet/backend/vhost_net.h"
-#include "pvnet/bench/testbed.h"
+#include "pvnet/pair/guest_pair.h"
 #include "pvnet/frontend/flow.h"
 #include "pvnet/frontend/virtio_net.h"
 #include "pvnet/port/tap_port.h"
@@ -81,7 +81,7 @@ public:
     void stop() noexcept;
     RingRelayCounters counters() const noexcept;
 
-    const frontend::QueuePair& guest() const noexcept { return tb_.fe->queue_pair(0); }
+    const frontend::QueuePair& guest() const noexcept { return tb_.fe().queue_pair(0); }
     const backend::VhostNet<port::TapPort>& backend() const noexcept { return *dev_; }
     const port::TapPort& tap_a() const noexcept { return *tap_a_; }
     const port::TapPort& tap_b() const noexcept { return *tap_b_; }
@@ -93,7 +93,7 @@ private:
     uint32_t guest_xmit() noexcept;
 
     RingRelayConfig cfg_;
-    bench::Testbed tb_;
+    pair::GuestPair tb_;
     std::unique_ptr<port::TapPort> tap_a_, tap_b_;
     std::unique_ptr<backend::VhostNet<port::TapPort>> dev_;
     /// Tap A's kernel does its own socket accounting; the relay's one flow

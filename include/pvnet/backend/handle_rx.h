@@ -1,0 +1,157 @@
+// handle_rx: port → guest. Mirrors handle_rx in Linux drivers/vhost/net.c
+// with the packet weight applied as on tx (seed 001), so an rx flood of
+// small packets yields to tx after kPktWeight packets. Every pass of the
+// loop counts against the weight, a retry after "re-armed, found more"
+// included (Linux's ++recv_pkts), so a guest that adds one buffer at a
+// time cannot stretch one run.
+//
+// Mergeable rx (VIRTIO_NET_F_MRG_RXBUF): a packet fills as many
+// single-buffer chains as it needs. A port that peeks (PeerPort) gives the
+// exact length: too few buffers for it and rx waits for the refill kick,
+// as vhost does. A port that cannot tell (a tap) gets room for the largest
+// frame that can arrive — 64 KiB with GUEST_TSO4/6/UFO, else the port's
+// MTU — and when the guest's posted buffers hold less, the frame is
+// received into them anyway: a drop is counted only when the frame that
+// arrived does not fit. Out of guest buffers, the port's fd leaves the
+// worker's epoll until a run drains the port again (vhost_net_disable_vq /
+// vhost_net_enable_vq): a readable port the guest has no room for must not
+// spin the worker.
+#pragma once
+
+#include "pvnet/backend/vhost_net.h"
+
+namespace pvnet::backend {
+
+template <port::Port P>
+void VhostNet<P>::run_rx(Pair& p) noexcept {
+    ring::SplitDeviceQueue& q = *p.rx.q;
+    if (q.broken()) return;
+    VhostNetStats& s = p.stats;
+    s.rx_runs.add();
+    q.disable_notify();  // poll mode: off for good, never re-armed
+    p.rx_short_pending = 0;
+    P& port = *ports_[p.index];
+    ring::DescChain& c = *p.rx_chain;
+    uint32_t passes = 0;  // what the weight counts: packets and retry passes
+    uint32_t delivered = 0;
+    uint64_t bytes = 0;
+    bool requeue = false;
+    for (;;) {
+        ring::PopStatus st = ring::PopStatus::Ok;
+        uint32_t burst = 0;
+        uint32_t used = 0;        // used entries staged in this burst
+        uint16_t given_back = 0;  // chains too few for the packet, back on the ring
+        bool port_empty = false;
+        while (burst < kMaxBurst) {
+            if (!port.rx_pending()) {
+                port_empty = true;
+                break;
+            }
+            uint32_t len = 0;
+            if (mergeable_rx_) {
+                uint32_t n = 0;
+                st = recv_mergeable(p, len, n, given_back);
+                if (st != ring::PopStatus::Ok) break;
+                used += n;
+            } else {
+                st = q.pop(c);
+                if (st != ring::PopStatus::Ok) break;
+                if (c.out_num != 0) {
+                    // Packet defect: an rx chain is device-writable only.
+                    s.rx_drop_bad_chain.add();
+                } else {
+                    len = port.recv(c.writable());
+                    if (len == 0) s.rx_drop_no_room.add();
+                }
+                (void)q.add_used(c.head, len);
+                ++used;
+            }
+            ++burst;
+            if (len != 0) {
+                ++delivered;
+                bytes += len;
+            }
+            if (opt_.rx_weight.exceeded(passes + burst, bytes)) {
+                requeue = true;
+                break;
+            }
+        }
+        passes += burst;
+        if (used != 0) {
+            q.flush_used();
+            signal(p.rx, used);
+        }
+        if (requeue) break;
+        if (port_empty) {
+            watch_port_rx(p, true);  // buffers were there for all of it
+            break;
+        }
+        if (st == ring::PopStatus::Broken) break;
+        if (st == ring::PopStatus::Empty) {
+            // With chains given back, the ring had too few bytes for a packet
+            // of known length: wait for buffers past those, not for them.
+            (given_back != 0 ? s.rx_ring_short : s.rx_ring_empty).add();
+            if (opt_.mode == RunMode::Poll) break;
+            // Out of guest buffers: wait for the refill kick, unless it came
+            // while we were re-arming.
+            if (given_back == 0 ? !q.enable_notify() : !q.enable_notify_for_more()) {
+                p.rx_short_pending = given_back;
+                watch_port_rx(p, false);  // until the refill kick's run drains the port
+                break;
+            }
+            q.disable_notify();
+            if (opt_.rx_weight.exceeded(++passes, bytes)) {
+                requeue = true;
+                break;
+            }
+        }
+    }
+    if (requeue) {
+        p.pending |= kRxWork;
+        s.rx_weight_requeue.add();
+    }
+    account_run(delivered, bytes, passes, s.rx_pkts, s.rx_bytes, s.rx_max_run_pkts);
+}
+
+template <port::Port P>
+ring::PopStatus VhostNet<P>::recv_mergeable(Pair& p, uint32_t& bytes, uint32_t& used,
+                                            uint16_t& given_back) noexcept {
+    P& port = *ports_[p.index];
+    bytes = 0;
+    used = 0;
+    given_back = 0;
+    uint32_t need = 0;
+    bool exact = false;
+    if constexpr (port::HasPeekLen<P>) {
+        if (const uint32_t n = port.peek_len(); n != 0) {
+            need = n;
+            exact = true;
+        }
+    }
+    if (!exact) need = rx_need_bytes(p);
+    uint16_t nheads = 0;
+    std::size_t niov = 0;
+    uint64_t room = 0;
+    const ring::PopStatus st = get_rx_bufs(p, need, nheads, niov, room);
+    if (st != ring::PopStatus::Ok) return st;
+    if (niov == 0) {  // a bad chain: all returned used with 0
+        used = nheads;
+        return st;
+    }
+    if (room < need) {
+        // A known length that more buffers would hold: wait for them. (At the
+        // kMaxIov limit no more would help: receive, and let it drop.)
+        if (exact && niov < ring::kMaxIov) {
+            p.rx.q->unpop(nheads);
+            given_back = nheads;
+            return ring::PopStatus::Empty;
+        }
+        p.stats.rx_short_recv.add();
+    }
+    const uint32_t len = port.recv(std::span<const iovec>(p.rx_bufs->iov.data(), niov));
+    used = finish_mergeable(p, nheads, niov, len);
+    bytes = len < kHdrBytes ? 0 : len;
+    return st;
+}
+
+}  // namespace pvnet::backend

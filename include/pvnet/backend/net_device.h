@@ -1,0 +1,433 @@
+// NetDevice: the backend's virtio-net device without its ports (DESIGN.md
+// layer 7) — what Linux splits between drivers/vhost/vhost.c (vrings set up
+// from outside, the worker, signalling) and drivers/vhost/net.c (queue
+// pairs, weights, busy polling). VhostNet<Port> (vhost_net.h) adds the
+// packet loops over a concrete port.
+//
+// Control plane. The device is configured from outside through the
+// description in device_setup.h: the feature word and the memory table
+// while every vring is stopped, then each vring set up, started and
+// stopped on its own (GET_VRING_BASE: stop processing, then report
+// last_avail_idx), or the whole device reset. A vring starts only when it
+// is complete (size, addresses, memory) and its ring passes validation.
+// Control calls come from any thread; each is applied between two worker
+// rounds under dev_mu_ (the worker holds it while it works, never while it
+// sleeps, and steps aside when a control call waits).
+//
+// Broken vrings. A ring rule broken by the guest marks that vring broken
+// (sticky until reset): the device reports it once (a log line, the
+// vrings_broken counter, the vring's err fd, status() NEEDS_RESET), stops
+// watching its kick and, for an rx vring, its port's fd, and keeps serving
+// every other vring.
+//
+// Threads: one worker per device. The direct path (process_tx_now) runs a
+// pair's tx loop in the caller's thread under that pair's tx_mu, which
+// guards the tx vring, its coalescer and signal path, tx stats and the
+// port's send side.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "pvnet/backend/ctrl_queue.h"
+#include "pvnet/backend/device_setup.h"
+#include "pvnet/notify/coalescer.h"
+#include "pvnet/notify/epoll.h"
+#include "pvnet/notify/event_fd.h"
+#include "pvnet/ring/device_queue.h"
+#include "pvnet/util/counters.h"
+#include "pvnet/util/result.h"
+#include "pvnet/virtio/virtio_config.h"
+#include "pvnet/virtio/virtio_net.h"
+
+namespace pvnet::backend {
+
+/// Linux VHOST_NET_PKT_WEIGHT and VHOST_NET_WEIGHT.
+inline constexpr uint32_t kPktWeight = 256;
+inline constexpr uint32_t kByteWeight = 0x80000;
+/// Packets whose used entries are published (and one signal decision
+/// taken) per burst.
+inline constexpr uint32_t kMaxBurst = 32;
+inline constexpr uint32_t kHdrBytes = sizeof(virtio::virtio_net_hdr);
+/// The largest packet a guest that accepts GSO can be handed: the header
+/// and a 64 KiB payload behind 802.1Q Ethernet and an IPv6 header.
+inline constexpr uint32_t kMaxGsoPacketBytes = kHdrBytes + 18 + 40 + 65535;
+/// A port that does not tell its largest frame: 1500-byte MTU, Ethernet
+/// and 802.1Q headers.
+inline constexpr uint32_t kDefaultMaxFrameBytes = 1500 + 14 + 4;
+
+/// What the device implements; set_features() refuses anything else.
+inline constexpr uint64_t kVhostNetFeatures = [] {
+    using namespace virtio;
+    uint64_t f = 0;
+    for (const unsigned b :
+         {VIRTIO_F_VERSION_1, VIRTIO_F_NOTIFY_ON_EMPTY, VIRTIO_F_ANY_LAYOUT,
+          VIRTIO_RING_F_INDIRECT_DESC, VIRTIO_RING_F_EVENT_IDX, VIRTIO_NET_F_CSUM,
+          VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_TSO4, VIRTIO_NET_F_GUEST_TSO6,
+          VIRTIO_NET_F_GUEST_ECN, VIRTIO_NET_F_GUEST_UFO, VIRTIO_NET_F_HOST_TSO4,
+          VIRTIO_NET_F_HOST_TSO6, VIRTIO_NET_F_HOST_ECN, VIRTIO_NET_F_HOST_UFO,
+          VIRTIO_NET_F_MRG_RXBUF, VIRTIO_NET_F_CTRL_VQ, VIRTIO_NET_F_NOTF_COAL}) {
+        f |= feature_mask(b);
+    }
+    return f;
+}();
+
+/// Event: sleep on eventfds between bursts (the kernel-like default).
+/// Poll: spin on the rings with notifications off (DPDK's poll mode).
+enum class RunMode : uint8_t { Event, Poll };
+
+/// A handler run stops once it has moved `pkts` packets or `bytes` bytes;
+/// 0 means no limit of that kind.
+struct Weight {
+    uint32_t pkts = kPktWeight;
+    uint32_t bytes = kByteWeight;
+
+    constexpr bool exceeded(uint32_t moved_pkts, uint64_t moved_bytes) const noexcept {
+        return (pkts != 0 && moved_pkts >= pkts) || (bytes != 0 && moved_bytes >= bytes);
+    }
+};
+
+/// How the device runs: host-side choices, never negotiated with the guest.
+struct VhostNetOptions {
+    Weight rx_weight;
+    Weight tx_weight;
+    RunMode mode = RunMode::Event;
+    /// ethtool's rx-frames/rx-usecs: the rx queue's interrupts (the guest's
+    /// receive); tx-frames/tx-usecs: the tx queue's completions. 0/0: at once.
+    notify::CoalesceParams rx_coalesce;
+    notify::CoalesceParams tx_coalesce;
+    /// Event mode: spin this long on the rings before sleeping (vhost's
+    /// busyloop_timeout); 0: sleep at once.
+    uint32_t busyloop_usecs = 0;
+    /// Features the device offers (a subset of kVhostNetFeatures).
+    uint64_t offered_features = kVhostNetFeatures;
+};
+
+/// One queue pair's counters.
+struct VhostNetStats {
+    Counter tx_pkts, tx_bytes;  ///< taken by the port (Sent)
+    Counter rx_pkts, rx_bytes;  ///< delivered into guest buffers
+    Counter tx_runs, rx_runs;                      ///< handler invocations
+    Counter tx_weight_requeue, rx_weight_requeue;  ///< runs ended by a weight
+    Counter tx_max_run_pkts, rx_max_run_pkts;      ///< most packets (passes) in one run
+    Counter tx_kicks, rx_kicks;                    ///< wakeups by a kick
+    Counter tx_calls, rx_calls;                    ///< interrupts sent
+    Counter tx_signals_coalesced, rx_signals_coalesced;  ///< absorbed by coalescing
+    Counter tx_signals_suppressed_event_idx,             ///< coalescer said signal, the
+        rx_signals_suppressed_event_idx;                 ///< driver's EVENT_IDX/flags no
+    Counter tx_coalesce_timer_fires, rx_coalesce_timer_fires;  ///< timer signalled pending
+    Counter rx_ring_empty;     ///< rx stopped: no guest buffers
+    Counter rx_ring_short;     ///< rx stopped: guest buffers too few for a packet of known length
+    Counter rx_short_recv;     ///< mergeable rx received into fewer bytes than the largest frame
+    Counter rx_merged_pkts;    ///< packets spread over several buffers (mergeable)
+    Counter tx_drop_bad_chain;  ///< writable part or no header
+    Counter tx_drop_port;       ///< the port rejected the packet (it counts why)
+    Counter tx_retry;           ///< the port had no room: the chain went back, retried later
+    Counter rx_drop_bad_chain;  ///< readable part in an rx chain
+    Counter rx_drop_no_room;    ///< recv delivered nothing into the buffers given (port counts why)
+    Counter rx_port_unwatched;  ///< port fd unwatched: rx stopped for lack of guest buffers
+    Counter direct_runs;        ///< process_tx_now() ran the tx loop in the caller's thread
+    Counter direct_pkts;        ///< ... packets it moved
+    Counter direct_busy;        ///< ... found tx_mu held
+};
+
+/// Device-wide counters.
+struct DeviceStats {
+    Counter wakeups;           ///< worker sleeps that ended
+    Counter rounds;            ///< worker rounds that ran handlers
+    Counter busy_poll_hits;    ///< a spin found work (no sleep, no kick needed)
+    Counter busy_poll_misses;  ///< a spin ran out of budget, then slept
+    Counter coalesce_updates;  ///< set_coalesce() messages and NOTF_COAL commands applied
+    Counter vrings_broken;     ///< vrings marked broken (each once)
+    Counter port_hangups;      ///< a port's fd reported EPOLLERR/EPOLLHUP: no longer watched
+    Counter control_ops;       ///< control-plane calls applied
+};
+
+class NetDevice {
+public:
+    virtual ~NetDevice();
+    NetDevice(const NetDevice&) = delete;
+    NetDevice& operator=(const NetDevice&) = delete;
+
+    uint16_t max_pairs() const noexcept { return static_cast<uint16_t>(pairs_.size()); }
+    /// 2 per pair and the control queue.
+    uint16_t num_vrings() const noexcept { return static_cast<uint16_t>(ctrl_vring(max_pairs()) + 1); }
+    uint64_t offered_features() const noexcept { return opt_.offered_features; }
+    uint64_t features() const noexcept { return features_; }
+
+    // ---- control plane (any thread) -------------------------------------
+
+    /// The negotiated feature word; every vring stopped. Refuses bits not offered.
+    Status<DeviceError> set_features(uint64_t features) noexcept;
+    /// The backend's view of guest memory (outlives its use); every vring stopped.
+    Status<DeviceError> set_mem_table(const mem::MemoryTable* table) noexcept;
+    /// Records vring `i`'s setup; the vring must be stopped.
+    Status<DeviceError> set_vring(uint16_t i, const VringSetup& s) noexcept;
+    /// A new call fd for a vring, running or not (vhost-user SET_VRING_CALL).
+    Status<DeviceError> set_vring_call(uint16_t i, const notify::EventFd* call) noexcept;
+    /// Maps and validates the ring from its setup and the memory table, then
+    /// serves it from its base. BadRing: vring_error(i) tells why.
+    Status<DeviceError> start_vring(uint16_t i) noexcept;
+    /// Stops serving the vring (pending interrupts are sent first) and
+    /// returns where it stands. A vring never started reports its setup's base.
+    Result<VringBase, DeviceError> stop_vring(uint16_t i) noexcept;
+    /// Features, memory and every vring from `s`, then starts each enabled
+    /// vring. Every vring must be stopped; on error nothing is started.
+    Status<DeviceError> configure(const DeviceSetup& s) noexcept;
+    /// Stops every vring and forgets features, memory, setups and breakage.
+    void reset() noexcept;
+
+    bool vring_started(uint16_t i) const noexcept;
+    bool vring_broken(uint16_t i) const noexcept;
+    /// Why vring i broke or was refused at start (RingError::Count: neither).
+    ring::RingError vring_error(uint16_t i) const noexcept;
+    /// VIRTIO_CONFIG_S_NEEDS_RESET once any vring broke, else 0.
+    uint8_t status() const noexcept {
+        return needs_reset_.load(std::memory_order_relaxed) ? virtio::VIRTIO_CONFIG_S_NEEDS_RESET
+                                                            : uint8_t{0};
+    }
+
+    /// Starts the worker thread (pinned to `cpu` if >= 0).
+    void start(int cpu = -1);
+    /// Stops and joins the worker.
+    void stop() noexcept;
+    std::thread::native_handle_type native_handle() noexcept { return thread_.native_handle(); }
+
+    // ---- the handlers, callable directly when no worker runs (tests) -----
+
+    void handle_tx(uint16_t pair = 0) noexcept;
+    void handle_rx(uint16_t pair = 0) noexcept;
+    void handle_ctrl() noexcept;
+    void handle_tx_timer(uint16_t pair = 0) noexcept;
+    void handle_rx_timer(uint16_t pair = 0) noexcept;
+    /// The direct path: runs the pair's tx loop now, in the caller's thread,
+    /// if its tx_mu is free (try-lock only). False if it is held (counted in
+    /// direct_busy) or the tx vring is not running: the caller kicks as
+    /// usual. Past the tx weight, the rest goes to the worker through the tx
+    /// kick. Callable while the worker runs, from one thread per pair.
+    bool process_tx_now(uint16_t pair = 0) noexcept;
+
+    /// New coalescing limits for every pair (VIRTIO_NET_CTRL_NOTF_COAL_RX_SET /
+    /// _TX_SET), from any thread: handed to the worker as a message, applied
+    /// at the top of its loop. Entries pending under the old limits are
+    /// signalled then.
+    void set_coalesce(notify::CoalesceParams rx, notify::CoalesceParams tx) noexcept;
+
+    // ---- what the device did ----------------------------------------------
+
+    const VhostNetStats& stats(uint16_t pair = 0) const noexcept { return pairs_[pair]->stats; }
+    const DeviceStats& device_stats() const noexcept { return dstats_; }
+    /// A started vring's queue (valid until the vring is stopped).
+    const ring::SplitDeviceQueue& rx_queue(uint16_t pair = 0) const noexcept {
+        return *pairs_[pair]->rx.q;
+    }
+    const ring::SplitDeviceQueue& tx_queue(uint16_t pair = 0) const noexcept {
+        return *pairs_[pair]->tx.q;
+    }
+    /// The control queue while its vring runs, else null.
+    const CtrlQueue* ctrl_queue() const noexcept { return ctrl_.get(); }
+    /// Read their stats only (rx's owned by the worker, tx's by tx_mu).
+    const notify::Coalescer& rx_coalescer(uint16_t pair = 0) const noexcept {
+        return *pairs_[pair]->rx.co;
+    }
+    const notify::Coalescer& tx_coalescer(uint16_t pair = 0) const noexcept {
+        return *pairs_[pair]->tx.co;
+    }
+    /// Work the handlers queued for themselves (kTxWork | kRxWork).
+    uint32_t pending_work(uint16_t pair = 0) const noexcept { return pairs_[pair]->pending; }
+
+    static constexpr uint32_t kTxWork = 1;
+    static constexpr uint32_t kRxWork = 2;
+
+protected:
+    /// Mergeable rx: the chains (head, bytes) and pieces one packet fills.
+    struct RxBufs {
+        std::array<ring::UsedElem, ring::kMaxIov> heads;
+        std::array<iovec, ring::kMaxIov> iov;
+    };
+    /// One vring of a pair: its setup, its queue while started, its
+    /// interrupt path.
+    struct Vring {
+        VringSetup setup;
+        bool configured = false;                ///< set_vring() called since reset
+        std::unique_ptr<ring::SplitDeviceQueue> q;  ///< non-null while started
+        std::unique_ptr<notify::Coalescer> co;
+        bool reported = false;  ///< breakage reported (once)
+        ring::RingError error = ring::RingError::Count;
+        Counter* calls = nullptr;
+        Counter* coalesced = nullptr;
+        Counter* suppressed = nullptr;
+        Counter* timer_fires = nullptr;
+        bool running() const noexcept { return q != nullptr && !q->broken(); }
+    };
+    /// The fds a port offers the worker's epoll (-1: none).
+    struct PortFds {
+        int rx_fd = -1;
+        int tx_fd = -1;
+    };
+    struct Pair {
+        uint16_t index = 0;
+        Vring rx, tx;
+        VhostNetStats stats;
+        std::mutex tx_mu;  ///< see the file comment
+        std::unique_ptr<ring::DescChain> rx_chain;
+        std::unique_ptr<ring::DescChain> tx_chain;
+        std::unique_ptr<RxBufs> rx_bufs;  ///< mergeable rx only
+        PortFds port;
+        /// hdr + the largest frame the port can hand over without GSO.
+        uint32_t rx_max_frame = kHdrBytes + kDefaultMaxFrameBytes;
+        uint16_t rx_short_pending = 0;  ///< chains pending when rx came up short
+        bool port_want_rx = true;       ///< false while rx waits for guest buffers
+        bool tx_wait_writable = false;  ///< a send said Retry: waiting for EPOLLOUT
+        bool port_dead = false;         ///< the port's fd reported an error or hang-up
+        uint32_t rx_reg_events = 0;     ///< what port.rx_fd is registered for (0: not)
+        uint32_t tx_reg_events = 0;     ///< ... port.tx_fd, when it is another fd
+        uint32_t pending = 0;           ///< worker-owned work list (kTxWork | kRxWork)
+    };
+
+    NetDevice(const VhostNetOptions& opt) noexcept : opt_(opt) {}
+    /// Builds the pairs (one per entry of `ports`), coalescers, epoll and wake fd.
+    Status<DeviceError> init(std::span<const PortFds> ports, std::span<const uint32_t> max_frames) noexcept;
+
+    /// The packet loops, over the concrete port (vhost_net.h). Called with
+    /// dev_mu_ held (or by process_tx_now without it); run_tx under tx_mu.
+    virtual uint32_t run_tx(Pair& p, bool direct) noexcept = 0;
+    virtual void run_rx(Pair& p) noexcept = 0;
+    virtual bool port_rx_pending(Pair& p) noexcept = 0;
+
+    // ---- helpers of the packet loops ---------------------------------------
+
+    /// `n` used entries were just published on v: coalescer, then the driver.
+    void signal(Vring& v, uint32_t n) noexcept;
+    /// The coalescer said signal: the driver's suppression decides.
+    void raise(Vring& v) noexcept;
+    /// Guest buffers worth a handle_rx run: running, pending, and more than
+    /// the last run found too few for a packet.
+    bool rx_ready(Pair& p) noexcept {
+        if (!p.rx.running() || p.port_dead) return false;
+        return p.rx.q->pending() > p.rx_short_pending;
+    }
+    /// Event mode: watch the pair's port for frames (`on`) or not (rx is
+    /// out of guest buffers: vhost_net_disable_vq).
+    void watch_port_rx(Pair& p, bool on) noexcept;
+    /// A send said Retry: wait for the port to become writable (EPOLLOUT),
+    /// or, for a port without a tx fd, retry on the next round.
+    void wait_port_writable(Pair& p) noexcept;
+    /// Hdr+frame bytes mergeable rx gathers for a packet of unknown length.
+    uint32_t rx_need_bytes(const Pair& p) const noexcept {
+        return rx_gso_ ? kMaxGsoPacketBytes : p.rx_max_frame;
+    }
+    /// get_rx_bufs: pops single-buffer chains until they hold `need` bytes or
+    /// kMaxIov pieces. Ok: gathered (nheads chains, niov pieces, `room`
+    /// bytes; room < need when the ring ran dry first), or a bad chain met
+    /// and all nheads returned used with 0 (niov 0); Empty: nothing
+    /// available; Broken.
+    ring::PopStatus get_rx_bufs(Pair& p, uint32_t need, uint16_t& nheads, std::size_t& niov,
+                                uint64_t& room) noexcept;
+    /// After recv wrote `len` bytes into the gathered chains: gives back the
+    /// unfilled ones, writes num_buffers, stages the used entries. Returns
+    /// the used entries staged.
+    uint32_t finish_mergeable(Pair& p, uint16_t nheads, std::size_t niov, uint32_t len) noexcept;
+    /// A run moved `pkts` packets of `bytes` in `passes` weight units.
+    static void account_run(uint32_t pkts, uint64_t bytes, uint32_t passes, Counter& pkts_ctr,
+                            Counter& bytes_ctr, Counter& max_run) noexcept {
+        pkts_ctr.add(pkts);
+        bytes_ctr.add(bytes);
+        if (passes > max_run.get()) max_run.add(passes - max_run.get());
+    }
+
+    const VhostNetOptions opt_;
+    bool mergeable_rx_ = false;  ///< VIRTIO_NET_F_MRG_RXBUF (hoisted from features_)
+    bool rx_gso_ = false;        ///< GUEST_TSO4/6 or GUEST_UFO: 64 KiB frames may arrive
+
+private:
+    /// epoll tags: the pair index above kTagShift, the source below.
+    enum Tag : uint32_t {
+        kTagWake = 0,
+        kTagTxKick,
+        kTagRxKick,
+        kTagPort,
+        kTagTxTimer,
+        kTagRxTimer,
+        kTagCtrlKick,
+    };
+    static constexpr uint32_t kTagShift = 8;
+    static constexpr uint32_t tag(uint16_t pair, Tag t) noexcept {
+        return (uint32_t{pair} << kTagShift) | t;
+    }
+    /// set_coalesce()'s mailbox: the fields, then a release bump of epoch.
+    struct CoalesceMsg {
+        std::atomic<uint32_t> rx_frames{0}, rx_usecs{0}, tx_frames{0}, tx_usecs{0};
+        std::atomic<uint64_t> epoch{0};
+    };
+    /// A control call in progress: the worker steps aside, then dev_mu_.
+    std::unique_lock<std::mutex> lock_control() noexcept;
+    Vring* vring_at(uint16_t i) noexcept;
+    const Vring* vring_at(uint16_t i) const noexcept;
+    bool all_stopped() const noexcept;
+    Status<DeviceError> start_locked(uint16_t i) noexcept;
+    VringBase stop_locked(uint16_t i) noexcept;
+    void stop_data_vring(Pair& p, Vring& v, bool is_tx) noexcept;
+    void hoist_features() noexcept;
+    /// Reports a vring that broke (once) and stops watching what it owns.
+    void check_broken(Pair& p) noexcept;
+    void report_broken(uint16_t index, Vring& v) noexcept;
+    void check_ctrl_broken() noexcept;
+
+    void worker() noexcept;
+    /// One round's handlers, in vhost's FIFO order; dev_mu_ held.
+    void run_work() noexcept;
+    /// Collects ready event sources (timeout 0: without blocking); `lock`
+    /// is released while the wait blocks.
+    void wait_for_work(std::unique_lock<std::mutex>& lock, int timeout_ms) noexcept;
+    void on_event(uint32_t t, uint32_t events) noexcept;
+    bool busy_poll() noexcept;
+    void take_coalesce_msg() noexcept;
+    /// The one place limits change (mailbox and control queue).
+    void apply_coalesce(std::optional<notify::CoalesceParams> rx,
+                        std::optional<notify::CoalesceParams> tx) noexcept;
+    void handle_timer(Vring& v) noexcept;
+    void do_tx(Pair& p) noexcept;
+    void do_rx(Pair& p) noexcept;
+    void do_ctrl() noexcept;
+    void epoll_watch(int fd, uint32_t t, uint32_t events) noexcept;
+    void epoll_forget(int fd) noexcept;
+    /// Registers the pair's port fds for what rx and tx want now (one
+    /// registration when rx and tx share the fd, as a tap's do).
+    void sync_port_watch(Pair& p) noexcept;
+    void port_hangup(Pair& p) noexcept;
+
+    std::vector<std::unique_ptr<Pair>> pairs_;
+    std::vector<uint32_t> round_work_;  ///< run_work's snapshot, one per pair
+    uint64_t features_ = 0;
+    const mem::MemoryTable* mem_ = nullptr;
+    VringSetup ctrl_setup_;
+    bool ctrl_configured_ = false;
+    bool ctrl_reported_ = false;
+    ring::RingError ctrl_error_ = ring::RingError::Count;
+    std::unique_ptr<CtrlQueue> ctrl_;  ///< non-null while the control vring runs
+    bool ctrl_pending_ = false;
+    std::atomic<bool> needs_reset_{false};
+
+    std::mutex dev_mu_;                    ///< the worker's per round; control calls
+    std::atomic<uint32_t> ctl_waiting_{0};  ///< control calls waiting for dev_mu_
+    std::atomic<bool> stop_{false};
+    std::optional<notify::EventFd> wake_;  ///< stop(), control calls and messages poke the worker
+    std::optional<notify::Epoll> epoll_;
+    std::thread thread_;
+    DeviceStats dstats_;
+    CoalesceMsg coalesce_msg_;
+    uint64_t coalesce_epoch_ = 0;  ///< worker: last epoch applied
+    std::mutex coalesce_mu_;       ///< orders concurrent setters (control plane only)
+};
+
+}  // namespace pvnet::backend

@@ -1,0 +1,73 @@
+// The Port contract: what backend::VhostNet moves packets to and from
+// (DESIGN.md layer 6). A port is a template parameter of the device, so
+// the per-packet calls below are direct calls, never virtual.
+//
+// Every packet crosses as hdr + frame: a 12-byte virtio_net_hdr (num_buffers
+// included) in front of the Ethernet frame, in both directions.
+//
+// Accounting (DESIGN.md "A packet is never lost silently"): every frame a
+// port takes from the world is either delivered by recv() or counted by the
+// port as a drop with a reason; every send() is Sent, or Dropped and
+// counted by the port, or Retry (not taken: the device gives the chain back
+// and offers the same packet again later, as vhost's handle_tx does on
+// EAGAIN with vhost_discard_vq_desc).
+#pragma once
+
+#include <sys/uio.h>
+
+#include <concepts>
+#include <cstdint>
+#include <span>
+
+namespace pvnet::port {
+
+/// What became of one send().
+enum class SendResult : uint8_t {
+    Sent,     ///< taken by the world
+    Dropped,  ///< rejected for good (bad header, oversize, link gone); counted by the port
+    Retry,    ///< no room now (EAGAIN/ENOBUFS): offer the same packet again later
+};
+
+/// The calls every port provides.
+///   rx_pending(): a frame waits (may be a syscall; the device asks once per burst step).
+///   recv(dst):    reads one hdr+frame into dst; returns the bytes written, or 0
+///                 when nothing was delivered (none waiting, or dropped: the port
+///                 counted why — e.g. the frame did not fit dst).
+///   send(src, len): writes one hdr+frame of len bytes (the sum of src's lengths).
+template <typename P>
+concept Port = requires(P& p, std::span<const iovec> iov, uint32_t len) {
+    { p.rx_pending() } noexcept -> std::same_as<bool>;
+    { p.recv(iov) } noexcept -> std::same_as<uint32_t>;
+    { p.send(iov, len) } noexcept -> std::same_as<SendResult>;
+};
+
+/// Optional: an fd that is readable while a frame waits, for event mode's
+/// epoll (without one the worker polls rx_pending() when it wakes).
+template <typename P>
+concept HasRxFd = requires(const P& p) {
+    { p.rx_fd() } noexcept -> std::convertible_to<int>;
+};
+
+/// Optional: an fd that becomes writable when a send() that said Retry may
+/// succeed (EPOLLOUT on a tap); without one the device retries on its next pass.
+template <typename P>
+concept HasTxFd = requires(const P& p) {
+    { p.tx_fd() } noexcept -> std::convertible_to<int>;
+};
+
+/// Optional: hdr+frame bytes of the next frame, 0 if unknown (vhost's
+/// peek_head_len), so mergeable rx gathers exactly the buffers it needs.
+template <typename P>
+concept HasPeekLen = requires(P& p) {
+    { p.peek_len() } noexcept -> std::convertible_to<uint32_t>;
+};
+
+/// Optional: the largest Ethernet frame (no virtio header) the port can hand
+/// over when the guest accepts no GSO (its MTU plus the Ethernet and 802.1Q
+/// headers). Without it the device assumes a 1500-byte MTU.
+template <typename P>
+concept HasMaxFrame = requires(const P& p) {
+    { p.max_frame_bytes() } noexcept -> std::convertible_to<uint32_t>;
+};
+
+}  // namespace pvnet::port

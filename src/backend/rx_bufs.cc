@@ -1,0 +1,91 @@
+// Mergeable rx buffers (VIRTIO_NET_F_MRG_RXBUF, VIRTIO 1.2 5.1.6.4): a packet
+// fills several single-buffer chains, the first one's header says how many
+// (num_buffers), as vhost's get_rx_bufs and handle_rx do. These are the
+// port-independent steps; the loop that calls the port is handle_rx.h.
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+#include "pvnet/backend/net_device.h"
+#include "pvnet/util/iov.h"
+
+namespace pvnet::backend {
+
+ring::PopStatus NetDevice::get_rx_bufs(Pair& p, uint32_t need, uint16_t& nheads,
+                                       std::size_t& niov, uint64_t& room) noexcept {
+    ring::SplitDeviceQueue& q = *p.rx.q;
+    ring::DescChain& c = *p.rx_chain;
+    RxBufs& b = *p.rx_bufs;
+    nheads = 0;
+    niov = 0;
+    room = 0;
+    while (room < need && niov < b.iov.size()) {
+        const ring::PopStatus st = q.pop(c);
+        if (st == ring::PopStatus::Broken) return st;
+        if (st == ring::PopStatus::Empty) {
+            // Ran dry: what was gathered is the caller's to use or give back.
+            return nheads == 0 ? st : ring::PopStatus::Ok;
+        }
+        if (c.out_num != 0) {
+            // Packet defect, as on the single-buffer path: every chain taken
+            // for this packet goes back used with 0 (the driver drops each
+            // as too short); the packet stays at the port.
+            p.stats.rx_drop_bad_chain.add();
+            for (uint16_t k = 0; k < nheads; ++k) (void)q.add_used(b.heads[k].id, 0);
+            (void)q.add_used(c.head, 0);
+            nheads = static_cast<uint16_t>(nheads + 1);
+            niov = 0;
+            return ring::PopStatus::Ok;
+        }
+        // One packet maps to at most kMaxIov pieces (Linux get_rx_bufs'
+        // UIO_MAXIOV). Tiny buffers are legal, not a ring violation: a
+        // chain that would pass the limit waits for the next packet, and
+        // this one is received into what was gathered.
+        if (c.in_num > b.iov.size() - niov) {
+            q.unpop(1);
+            break;
+        }
+        std::memcpy(b.iov.data() + niov, c.writable().data(), c.in_num * sizeof(iovec));
+        niov += c.in_num;
+        b.heads[nheads] = ring::UsedElem{c.head, c.in_bytes};
+        ++nheads;
+        room += c.in_bytes;
+    }
+    return ring::PopStatus::Ok;
+}
+
+uint32_t NetDevice::finish_mergeable(Pair& p, uint16_t nheads, std::size_t niov,
+                                     uint32_t len) noexcept {
+    ring::SplitDeviceQueue& q = *p.rx.q;
+    RxBufs& b = *p.rx_bufs;
+    // The chains the packet filled; the rest go back to the ring. A drop
+    // (len 0) gives them all back.
+    uint16_t filled = 0;
+    for (uint32_t left = len; left != 0 && filled < nheads; ++filled) {
+        left -= std::min(left, b.heads[filled].len);
+    }
+    q.unpop(static_cast<uint16_t>(nheads - filled));
+    if (len < kHdrBytes) {
+        // A drop, or a port that wrote no header: nothing tells the driver
+        // how many buffers; each filled chain goes back as a short one.
+        p.stats.rx_drop_no_room.add();
+        for (uint16_t k = 0; k < filled; ++k) (void)q.add_used(b.heads[k].id, 0);
+        return filled;
+    }
+    // num_buffers (le16) in the first buffer's header, which may itself be
+    // split over pieces (the driver need not align its buffers).
+    const uint16_t num = virtio::host_to_le(filled);
+    (void)copy_to_iov(std::span<const iovec>(b.iov.data(), niov),
+                      offsetof(virtio::virtio_net_hdr, num_buffers),
+                      std::as_bytes(std::span(&num, 1)));
+    uint32_t left = len;
+    for (uint16_t k = 0; k < filled; ++k) {
+        const uint32_t n = std::min(left, b.heads[k].len);
+        (void)q.add_used(b.heads[k].id, n);
+        left -= n;
+    }
+    if (filled > 1) p.stats.rx_merged_pkts.add();
+    return filled;
+}
+
+}  // namespace pvnet::backend

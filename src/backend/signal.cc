@@ -1,0 +1,104 @@
+// Interrupts: after each burst's used entries are published, the vring's
+// Coalescer decides whether to signal now (max frames / max usecs, seed
+// 000's "vhost: interrupt coalescing support"); when it says so the
+// driver's suppression (EVENT_IDX, NO_INTERRUPT: vhost_notify) still
+// decides. Coalescing limits change through one path, apply_coalesce: from
+// set_coalesce()'s mailbox or the guest's NOTF_COAL commands on the
+// control queue (handle_ctrl).
+#include "pvnet/backend/net_device.h"
+
+namespace pvnet::backend {
+
+void NetDevice::signal(Vring& v, uint32_t n) noexcept {
+    if (opt_.mode == RunMode::Poll || v.setup.call == nullptr) return;
+    // Coalescing first, so a deferred burst leaves the EVENT_IDX bookkeeping
+    // (signalled_used) alone and is covered by the next decision's interval.
+    if (v.co->on_used(n) == notify::CoalesceAction::Defer) {
+        v.coalesced->add();
+        return;
+    }
+    raise(v);
+}
+
+void NetDevice::raise(Vring& v) noexcept {
+    if (v.setup.call == nullptr || !v.q || v.q->broken()) return;
+    if (v.q->should_signal()) {
+        v.setup.call->signal();
+        v.calls->add();
+    } else {
+        v.suppressed->add();
+    }
+}
+
+void NetDevice::handle_timer(Vring& v) noexcept {
+    if (v.co->on_timer() == notify::CoalesceAction::Signal) {
+        v.timer_fires->add();
+        raise(v);
+    }
+}
+
+void NetDevice::handle_tx_timer(uint16_t pair) noexcept {
+    Pair& p = *pairs_[pair];
+    const std::lock_guard<std::mutex> lock(p.tx_mu);
+    handle_timer(p.tx);
+}
+
+void NetDevice::handle_rx_timer(uint16_t pair) noexcept { handle_timer(pairs_[pair]->rx); }
+
+void NetDevice::set_coalesce(notify::CoalesceParams rx, notify::CoalesceParams tx) noexcept {
+    // Setters are serialised so the four fields of one message are never
+    // mixed with another's; the worker takes no lock.
+    const std::lock_guard<std::mutex> lock(coalesce_mu_);
+    coalesce_msg_.rx_frames.store(rx.max_frames, std::memory_order_relaxed);
+    coalesce_msg_.rx_usecs.store(rx.max_usecs, std::memory_order_relaxed);
+    coalesce_msg_.tx_frames.store(tx.max_frames, std::memory_order_relaxed);
+    coalesce_msg_.tx_usecs.store(tx.max_usecs, std::memory_order_relaxed);
+    // ORDER: release; pairs with the acquire in take_coalesce_msg(), which then
+    // reads these fields (or newer ones, whose epoch bump follows).
+    coalesce_msg_.epoch.fetch_add(1, std::memory_order_release);
+    wake_->signal();  // a sleeping worker applies it now, not at its next timeout
+}
+
+void NetDevice::take_coalesce_msg() noexcept {
+    // ORDER: acquire; pairs with the release bump in set_coalesce(). A setter
+    // racing with these loads bumps the epoch again, so its fields are
+    // applied on the next pass.
+    coalesce_epoch_ = coalesce_msg_.epoch.load(std::memory_order_acquire);
+    apply_coalesce(notify::CoalesceParams{coalesce_msg_.rx_frames.load(std::memory_order_relaxed),
+                                          coalesce_msg_.rx_usecs.load(std::memory_order_relaxed)},
+                   notify::CoalesceParams{coalesce_msg_.tx_frames.load(std::memory_order_relaxed),
+                                          coalesce_msg_.tx_usecs.load(std::memory_order_relaxed)});
+}
+
+void NetDevice::apply_coalesce(std::optional<notify::CoalesceParams> rx,
+                               std::optional<notify::CoalesceParams> tx) noexcept {
+    for (auto& p : pairs_) {
+        if (rx && p->rx.co->set(*rx) == notify::CoalesceAction::Signal) raise(p->rx);
+        if (tx) {
+            const std::lock_guard<std::mutex> lock(p->tx_mu);
+            if (p->tx.co->set(*tx) == notify::CoalesceAction::Signal) raise(p->tx);
+        }
+    }
+    dstats_.coalesce_updates.add();
+}
+
+void NetDevice::handle_ctrl() noexcept {
+    const std::lock_guard<std::mutex> lock(dev_mu_);
+    do_ctrl();
+}
+
+void NetDevice::do_ctrl() noexcept {
+    ctrl_pending_ = false;
+    if (!ctrl_) return;
+    const bool more = ctrl_->handle([this](const CtrlCommand& c) noexcept {
+        if (c.op == CtrlCommand::Op::NotfCoalRxSet) {
+            apply_coalesce(c.coal, std::nullopt);
+        } else {
+            apply_coalesce(std::nullopt, c.coal);
+        }
+    });
+    if (more) ctrl_pending_ = true;  // behind the datapath work already queued
+    check_ctrl_broken();
+}
+
+}  // namespace pvnet::backend

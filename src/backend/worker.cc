@@ -1,0 +1,271 @@
+// The worker thread: vhost_worker's loop. Work comes from the handlers'
+// own requeues (weights) and, in event mode, from the kick eventfds, the
+// ports' fds, the coalescing timers and the control queue's kick, waited
+// on with epoll, or found by busy polling (busy_poll.cc) before the worker
+// sleeps. Every round collects every ready event source without blocking
+// before it runs the handlers, so a two-way flood that keeps both
+// directions past their weights still serves kicks, timers and control
+// commands (vhost_poll_queue adds work to the list while a handler runs).
+#include <array>
+#include <cstdio>
+#include <thread>
+#include <utility>
+
+#include "pvnet/backend/net_device.h"
+#include "pvnet/util/thread.h"
+
+namespace pvnet::backend {
+
+void NetDevice::start(int cpu) {
+    stop_.store(false, std::memory_order_relaxed);
+    thread_ = std::thread([this, cpu] {
+        pin_current_thread(cpu);
+        worker();
+    });
+}
+
+void NetDevice::stop() noexcept {
+    if (!thread_.joinable()) return;
+    stop_.store(true, std::memory_order_relaxed);
+    wake_->signal();
+    thread_.join();
+}
+
+void NetDevice::handle_tx(uint16_t pair) noexcept {
+    const std::lock_guard<std::mutex> lock(dev_mu_);
+    do_tx(*pairs_[pair]);
+}
+
+void NetDevice::handle_rx(uint16_t pair) noexcept {
+    const std::lock_guard<std::mutex> lock(dev_mu_);
+    do_rx(*pairs_[pair]);
+}
+
+void NetDevice::do_tx(Pair& p) noexcept {
+    p.pending &= ~kTxWork;
+    if (!p.tx.running()) return;
+    {
+        const std::lock_guard<std::mutex> lock(p.tx_mu);
+        (void)run_tx(p, false);
+    }
+    check_broken(p);
+}
+
+void NetDevice::do_rx(Pair& p) noexcept {
+    p.pending &= ~kRxWork;
+    if (!p.rx.running() || p.port_dead) return;
+    run_rx(p);
+    check_broken(p);
+}
+
+bool NetDevice::process_tx_now(uint16_t pair) noexcept {
+    Pair& p = *pairs_[pair];
+    // ORDER: the mutex's acquire/release orders this run's plain tx state
+    // (shadow indexes, coalescer, counters) against the worker's runs; the
+    // rings' own order is barrier.h's, as in any run.
+    std::unique_lock<std::mutex> lock(p.tx_mu, std::try_to_lock);
+    if (!lock.owns_lock()) {
+        p.stats.direct_busy.add();
+        return false;
+    }
+    // A stopped or broken ring, or one waiting for the port: the worker's.
+    if (!p.tx.running() || p.tx_wait_writable) return false;
+    const uint32_t pkts = run_tx(p, true);
+    p.stats.direct_runs.add();
+    p.stats.direct_pkts.add(pkts);
+    return true;
+}
+
+void NetDevice::watch_port_rx(Pair& p, bool on) noexcept {
+    if (p.port_want_rx == on) return;
+    p.port_want_rx = on;
+    if (!on && p.port.rx_fd >= 0) p.stats.rx_port_unwatched.add();
+    sync_port_watch(p);
+}
+
+void NetDevice::wait_port_writable(Pair& p) noexcept {
+    if (p.port.tx_fd < 0 || opt_.mode == RunMode::Poll) {
+        p.pending |= kTxWork;  // no fd to wait on: the next round retries
+        return;
+    }
+    p.tx_wait_writable = true;
+}
+
+void NetDevice::sync_port_watch(Pair& p) noexcept {
+    if (opt_.mode == RunMode::Poll) return;
+    const bool rx_on = p.port_want_rx && p.rx.running() && !p.port_dead;
+    const bool tx_on = p.tx_wait_writable && p.tx.running() && !p.port_dead;
+    const bool shared = p.port.tx_fd >= 0 && p.port.tx_fd == p.port.rx_fd;
+    // Not wanted at all: out of the epoll set, so an error or hang-up
+    // (which epoll reports even for no events) cannot spin us.
+    auto apply = [this, &p](int fd, uint32_t& cur, uint32_t want) {
+        if (fd < 0 || cur == want) return;
+        const uint32_t t = tag(p.index, kTagPort);
+        if (want == 0) {
+            epoll_forget(fd);
+        } else if (cur == 0) {
+            epoll_watch(fd, t, want);
+        } else {
+            (void)epoll_->modify(fd, t, want);
+        }
+        cur = want;
+    };
+    apply(p.port.rx_fd, p.rx_reg_events,
+          (rx_on ? notify::kEpollIn : 0u) | (shared && tx_on ? notify::kEpollOut : 0u));
+    if (!shared) apply(p.port.tx_fd, p.tx_reg_events, tx_on ? notify::kEpollOut : 0u);
+}
+
+void NetDevice::port_hangup(Pair& p) noexcept {
+    if (p.port_dead) return;
+    p.port_dead = true;
+    dstats_.port_hangups.add();
+    std::fprintf(stderr, "pvnet backend: pair %u: port fd reported an error or hang-up; "
+                 "no longer watched\n", unsigned{p.index});
+    p.tx_wait_writable = false;
+    sync_port_watch(p);
+}
+
+void NetDevice::on_event(uint32_t t, uint32_t events) noexcept {
+    const uint32_t pi = t >> kTagShift;
+    if (pi >= pairs_.size()) return;
+    Pair& p = *pairs_[pi];
+    // A vring stopped while we slept: its fds may be gone; the event is stale.
+    switch (static_cast<Tag>(t & ((1u << kTagShift) - 1u))) {
+        case kTagWake:
+            wake_->consume();
+            break;
+        case kTagTxKick:
+            if (p.tx.running() && p.tx.setup.kick != nullptr) {
+                p.tx.setup.kick->consume();
+                p.stats.tx_kicks.add();
+                p.pending |= kTxWork;
+            }
+            break;
+        case kTagRxKick:
+            if (p.rx.running() && p.rx.setup.kick != nullptr) {
+                p.rx.setup.kick->consume();
+                p.stats.rx_kicks.add();
+                p.pending |= kRxWork;
+            }
+            break;
+        case kTagPort:
+            if ((events & (notify::kEpollErr | notify::kEpollHup)) != 0) {
+                port_hangup(p);
+                break;
+            }
+            if ((events & notify::kEpollIn) != 0) p.pending |= kRxWork;
+            if ((events & notify::kEpollOut) != 0 && p.tx_wait_writable) {
+                p.tx_wait_writable = false;
+                sync_port_watch(p);
+                p.pending |= kTxWork;
+            }
+            break;
+        case kTagTxTimer:
+            handle_tx_timer(static_cast<uint16_t>(pi));
+            break;
+        case kTagRxTimer:
+            handle_rx_timer(static_cast<uint16_t>(pi));
+            break;
+        case kTagCtrlKick:
+            if (ctrl_ && ctrl_setup_.kick != nullptr) {
+                ctrl_setup_.kick->consume();
+                ctrl_pending_ = true;
+            }
+            break;
+    }
+}
+
+void NetDevice::wait_for_work(std::unique_lock<std::mutex>& lock, int timeout_ms) noexcept {
+    std::array<notify::EpollEvent, 16> ev;
+    std::size_t n = 0;
+    if (timeout_ms == 0) {
+        n = epoll_->wait(ev, 0);
+    } else {
+        // Control calls run while we sleep; what we wake for is checked
+        // against the state they left.
+        lock.unlock();
+        n = epoll_->wait(ev, timeout_ms);
+        lock.lock();
+        dstats_.wakeups.add();
+    }
+    for (std::size_t i = 0; i < n; ++i) on_event(ev[i].tag, ev[i].events);
+}
+
+void NetDevice::run_work() noexcept {
+    // FIFO as vhost's work list: a handler that requeues itself runs after
+    // the others queued in this round.
+    for (std::size_t i = 0; i < pairs_.size(); ++i) round_work_[i] = std::exchange(pairs_[i]->pending, 0u);
+    const bool ctrl = ctrl_pending_;
+    for (std::size_t i = 0; i < pairs_.size(); ++i) {
+        Pair& p = *pairs_[i];
+        const uint32_t w = round_work_[i];
+        if (w & kTxWork) do_tx(p);
+        if (w & kRxWork) do_rx(p);
+    }
+    if (ctrl) do_ctrl();
+    for (auto& pp : pairs_) {
+        Pair& p = *pp;
+        // The port became readable meanwhile (a server answered what tx just
+        // sent): queue rx while the guest has buffers for it, as the socket's
+        // wakeup queues handle_rx in vhost. Without buffers (or too few for a
+        // mergeable packet), the refill kick does.
+        if (!(p.pending & kRxWork) && rx_ready(p) && port_rx_pending(p)) p.pending |= kRxWork;
+    }
+    dstats_.rounds.add();
+}
+
+void NetDevice::worker() noexcept {
+    std::unique_lock<std::mutex> lock(dev_mu_);
+    for (auto& p : pairs_) {
+        if (p->tx.q) p->pending |= kTxWork;
+        if (p->rx.q) p->pending |= kRxWork;
+    }
+    ctrl_pending_ = ctrl_ != nullptr;
+    auto any_pending = [this] {
+        for (auto& p : pairs_) {
+            if (p->pending != 0) return true;
+        }
+        return ctrl_pending_;
+    };
+    while (!stop_.load(std::memory_order_relaxed)) {
+        if (ctl_waiting_.load(std::memory_order_relaxed) != 0) {
+            // Step aside for a control call; it takes dev_mu_ once we let go.
+            lock.unlock();
+            while (ctl_waiting_.load(std::memory_order_relaxed) != 0) std::this_thread::yield();
+            lock.lock();
+            continue;
+        }
+        // ORDER: acquire when it moved (take_coalesce_msg); relaxed peek first.
+        if (coalesce_msg_.epoch.load(std::memory_order_relaxed) != coalesce_epoch_) {
+            take_coalesce_msg();
+        }
+        if (opt_.mode == RunMode::Poll) {
+            for (auto& p : pairs_) {
+                if (p->tx.running()) p->pending |= kTxWork;
+                if (p->rx.running()) p->pending |= kRxWork;
+            }
+            if (ctrl_ && ctrl_->pending() != 0) ctrl_pending_ = true;
+        } else if (!any_pending()) {
+            if (busy_poll()) {
+                // Found by spinning: collect, without sleeping, any kick or
+                // timer that landed meanwhile, so it is consumed now.
+                wait_for_work(lock, 0);
+            } else {
+                // Bounded so a lost wakeup shows as latency in the stats, never a hang.
+                wait_for_work(lock, 100);
+                // A port without an fd to wait on (a flood) is looked at here.
+                for (auto& p : pairs_) {
+                    if (p->port.rx_fd < 0 && rx_ready(*p) && port_rx_pending(*p)) {
+                        p->pending |= kRxWork;
+                    }
+                }
+                continue;
+            }
+        } else {
+            wait_for_work(lock, 0);
+        }
+        run_work();
+    }
+}
+
+}  // namespace pvnet::backend
