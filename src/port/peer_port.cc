@@ -57,24 +57,27 @@ PeerPort::PeerPort(notify::EventFd ev, std::unique_ptr<std::byte[]> arena, uint3
       mask_(arena_bytes - 1),
       tx_offloads_(tx_offloads) {}
 
-bool PeerPort::send(std::span<const iovec> src, uint32_t len) noexcept {
+SendResult PeerPort::drop(Counter& why) noexcept {
+    why.add();
     stats.tx_pkts.add();
+    return SendResult::Dropped;
+}
+
+SendResult PeerPort::send(std::span<const iovec> src, uint32_t len) noexcept {
     // Read the header once, into a local; only the copy is checked and used.
+    // A packet that comes again after a Retry is checked again, on a new copy.
     virtio::virtio_net_hdr hdr;
     if (len < kHdrBytes || iov_bytes(src) < len ||
         !copy_from_iov(src, 0, std::as_writable_bytes(std::span(&hdr, 1)))) {
-        stats.tx_drop_short.add();
-        return false;
+        return drop(stats.tx_drop_short);
     }
     const uint32_t frame_bytes = len - kHdrBytes;
-    if (frame_bytes > kMaxFrameBytes) {
-        stats.tx_drop_oversize.add();
-        return false;
-    }
+    if (frame_bytes > kMaxFrameBytes) return drop(stats.tx_drop_oversize);
     const auto checked = net::validate_tx_hdr(hdr, frame_bytes, tx_offloads_);
     if (!checked) {
         stats.tx_drop_bad_hdr.add(checked.error());
-        return false;
+        stats.tx_pkts.add();
+        return SendResult::Dropped;
     }
 
     PeerPort& in = *peer_;  // we are the only producer of the peer's queue
@@ -88,8 +91,11 @@ bool PeerPort::send(std::span<const iovec> src, uint32_t len) noexcept {
         // done with every byte before head_, so they may be overwritten.
         in.head_seen_ = in.head_.load(std::memory_order_acquire);
         if (tail + pad + need - in.head_seen_ > cap) {
-            stats.tx_drop_queue_full.add();
-            return false;
+            // Room comes back as the peer reads: a record of the largest frame
+            // plus the worst wrap pad (less than one record) fits an empty arena.
+            static_assert(2 * record_bytes(kHdrBytes + kMaxFrameBytes) <= kMinArenaBytes);
+            stats.tx_retry_queue_full.add();
+            return SendResult::Retry;
         }
     }
     if (pad != 0) {
@@ -106,6 +112,7 @@ bool PeerPort::send(std::span<const iovec> src, uint32_t len) noexcept {
     // ORDER: release pairs with rx_pending()/recv()'s acquire of tail_: the
     // record (and any wrap mark) is written before it becomes visible.
     in.tail_.store(tail + need, std::memory_order_release);
+    stats.tx_pkts.add();
     stats.tx_bytes.add(len);
     // ORDER: store tail_ -> load armed_; partner: rx_pending()'s full_fence
     // between its store of armed_ and its re-load of tail_. One of the two
@@ -115,7 +122,7 @@ bool PeerPort::send(std::span<const iovec> src, uint32_t len) noexcept {
         in.armed_.exchange(false, std::memory_order_relaxed)) {
         in.rx_event_.signal();
     }
-    return true;
+    return SendResult::Sent;
 }
 
 bool PeerPort::rx_pending() noexcept {
@@ -136,21 +143,35 @@ bool PeerPort::rx_pending() noexcept {
     return tail_seen_ != head;
 }
 
-uint32_t PeerPort::recv(std::span<const iovec> dst) noexcept {
-    uint64_t head = head_.load(std::memory_order_relaxed);  // our own word
+/// The oldest record: its offset (`head`, past a wrap mark) and length;
+/// false if the queue is empty. Consumer side only.
+bool PeerPort::next_record(uint64_t& head, uint32_t& len) noexcept {
+    head = head_.load(std::memory_order_relaxed);  // our own word
     if (tail_seen_ == head) {
         // ORDER: acquire pairs with send()'s release of tail_.
         tail_seen_ = tail_.load(std::memory_order_acquire);
-        if (tail_seen_ == head) return 0;
+        if (tail_seen_ == head) return false;
     }
     // Records are written by our own send() code and published by tail_, so
     // their length words are trusted: they were bounded before being written.
-    uint32_t len;
     std::memcpy(&len, arena_.get() + (head & mask_), sizeof len);
     if (len == kWrapMark) {
         head += uint64_t{mask_} + 1 - (head & mask_);
         std::memcpy(&len, arena_.get(), sizeof len);
     }
+    return true;
+}
+
+uint32_t PeerPort::peek_len() noexcept {
+    uint64_t head;
+    uint32_t len;
+    return next_record(head, len) ? len : 0;
+}
+
+uint32_t PeerPort::recv(std::span<const iovec> dst) noexcept {
+    uint64_t head;
+    uint32_t len;
+    if (!next_record(head, len)) return 0;
     const std::byte* rec = arena_.get() + (head & mask_);
     const bool fits = copy_to_iov(dst, 0, std::span<const std::byte>(rec + kRecordAlign, len));
     // ORDER: release pairs with send()'s acquire of head_: our reads of the

@@ -2,7 +2,8 @@
 // and the next generated frame into one contiguous or many split pieces
 // (the header itself split too); send() checks what comes back; a buffer too
 // small for a frame still uses up a sequence number, so the sink counts it
-// lost; stop() ends the flood.
+// lost and the generator counts it dropped; every send() is counted by the
+// sink's verdict; stop() ends the flood.
 #include "pvnet/port/gen_loop_port.h"
 
 #include <gtest/gtest.h>
@@ -62,7 +63,7 @@ TEST(GenLoopPort, RecvIntoOneIovecWritesZeroHdrAndValidFrame) {
         EXPECT_EQ(buf[kHdr + frame], kJunk) << "nothing written past the frame";
         EXPECT_EQ(port.generated(), 1u);
         // And the port's own sink accepts it back.
-        EXPECT_TRUE(port.send({&v, 1}, frame + kHdr));
+        EXPECT_EQ(port.send({&v, 1}, frame + kHdr), SendResult::Sent);
         EXPECT_EQ(port.sink().stats().sink_pkts, 1u);
     }
 }
@@ -74,7 +75,7 @@ TEST(GenLoopPort, RecvIntoExactlyFittingIovec) {
     const iovec v{buf.data(), buf.size()};
     ASSERT_EQ(port.recv({&v, 1}), 64u + kHdr);
     EXPECT_TRUE(hdr_is_zero(buf.data()));
-    EXPECT_TRUE(port.send({&v, 1}, 64u + kHdr));
+    EXPECT_EQ(port.send({&v, 1}, 64u + kHdr), SendResult::Sent);
 }
 
 TEST(GenLoopPort, RecvSplitOverSmallPiecesWithHeaderSplitToo) {
@@ -95,7 +96,8 @@ TEST(GenLoopPort, RecvSplitOverSmallPiecesWithHeaderSplitToo) {
                 EXPECT_TRUE(hdr_is_zero(buf.data()));
                 EXPECT_EQ(check.check_frame(buf.data() + kHdr, frame), SinkResult::InOrder);
                 // send() of the very same pieces validates.
-                EXPECT_TRUE(port.send(iov, frame + kHdr)) << "piece[0]=" << sizes[0];
+                EXPECT_EQ(port.send(iov, frame + kHdr), SendResult::Sent)
+                    << "piece[0]=" << sizes[0];
             }
             EXPECT_EQ(port.sink().stats().sink_pkts, port.generated());
             EXPECT_EQ(port.sink().stats().sink_lost, 0u);
@@ -112,7 +114,7 @@ TEST(GenLoopPort, RecvSplitWithRoomToSpare) {
     ASSERT_EQ(port.recv(iov), 100u + kHdr);
     EXPECT_TRUE(hdr_is_zero(buf.data()));
     for (std::size_t i = kHdr + 100; i < buf.size(); ++i) ASSERT_EQ(buf[i], kJunk) << i;
-    EXPECT_TRUE(port.send(iov, 100u + kHdr));
+    EXPECT_EQ(port.send(iov, 100u + kHdr), SendResult::Sent);
 }
 
 TEST(GenLoopPort, TooSmallBufferReturnsZeroButConsumesASeq) {
@@ -129,8 +131,8 @@ TEST(GenLoopPort, TooSmallBufferReturnsZeroButConsumesASeq) {
     EXPECT_EQ(port.generated(), 3u);
     EXPECT_EQ(port.gen().stats().gen_drop_no_room, 1u);
 
-    EXPECT_TRUE(port.send({&va, 1}, 64u + kHdr));
-    EXPECT_TRUE(port.send({&vc, 1}, 64u + kHdr));
+    EXPECT_EQ(port.send({&va, 1}, 64u + kHdr), SendResult::Sent);
+    EXPECT_EQ(port.send({&vc, 1}, 64u + kHdr), SendResult::Sent);
     const SinkStats s = port.sink().stats();
     EXPECT_EQ(s.sink_pkts, 2u);
     EXPECT_EQ(s.sink_lost, 1u) << "seq 1 never arrived";
@@ -157,7 +159,7 @@ TEST(GenLoopPort, BufferSmallerThanHeaderReturnsZeroButConsumesASeq) {
     std::vector<std::byte> ok(2048);
     const iovec vo{ok.data(), ok.size()};
     ASSERT_EQ(port.recv({&vo, 1}), 64u + kHdr);
-    EXPECT_TRUE(port.send({&vo, 1}, 64u + kHdr));
+    EXPECT_EQ(port.send({&vo, 1}, 64u + kHdr), SendResult::Sent);
     EXPECT_EQ(port.sink().stats().sink_lost, 2u);
 }
 
@@ -210,7 +212,7 @@ TEST(GenLoopPort, SendOfCorruptedFrameReturnsFalse) {
     const uint32_t len = port.recv({&v, 1});
     ASSERT_EQ(len, 128u + kHdr);
     buf[kHdr + kPatternOffset + 3] ^= std::byte{0x01};
-    EXPECT_FALSE(port.send({&v, 1}, len));
+    EXPECT_EQ(port.send({&v, 1}, len), SendResult::Dropped);
     EXPECT_EQ(port.sink().stats().sink_drop_corrupt, 1u);
     EXPECT_EQ(port.sink().stats().sink_pkts, 0u);
 }
@@ -223,7 +225,7 @@ TEST(GenLoopPort, SendOfCorruptedSplitFrameReturnsFalse) {
     const uint32_t len = port.recv(iov);
     ASSERT_EQ(len, 128u + kHdr);
     buf[kHdr + kEthHdrBytes + 8] ^= std::byte{0x01};  // IPv4 TTL: checksum no longer matches
-    EXPECT_FALSE(port.send(iov, len));
+    EXPECT_EQ(port.send(iov, len), SendResult::Dropped);
     EXPECT_EQ(port.sink().stats().sink_drop_corrupt, 1u);
 }
 
@@ -234,14 +236,44 @@ TEST(GenLoopPort, SendRejectsShortOrEmptyInput) {
     const iovec v{buf.data(), buf.size()};
     const uint32_t len = port.recv({&v, 1});
     ASSERT_EQ(len, 64u + kHdr);
-    EXPECT_FALSE(port.send({}, len));
-    EXPECT_FALSE(port.send({&v, 1}, kHdr - 1));
-    EXPECT_FALSE(port.send({&v, 1}, len - 1)) << "wrong length";
+    EXPECT_EQ(port.send({}, len), SendResult::Dropped);
+    EXPECT_EQ(port.send({&v, 1}, kHdr - 1), SendResult::Dropped);
+    EXPECT_EQ(port.send({&v, 1}, len - 1), SendResult::Dropped) << "wrong length";
     // Split pieces holding fewer bytes than len.
     std::vector<iovec> two{iovec{buf.data(), 20}, iovec{buf.data() + 20, 30}};
-    EXPECT_FALSE(port.send(two, len));
+    EXPECT_EQ(port.send(two, len), SendResult::Dropped);
     EXPECT_EQ(port.sink().stats().sink_pkts, 0u);
-    EXPECT_TRUE(port.send({&v, 1}, len)) << "the frame itself is still good";
+    // Each rejection is counted, the two too short for a header included.
+    EXPECT_EQ(port.sink().stats().sink_drop_bad_len, 4u);
+    EXPECT_EQ(port.send({&v, 1}, len), SendResult::Sent) << "the frame itself is still good";
+}
+
+// Every recv() path, the ones that deliver nothing included, takes one seq
+// and the generator counts it: generated = delivered + drops.
+TEST(GenLoopPort, EveryRecvIsDeliveredOrCountedAsAGeneratorDrop) {
+    const FrameFormat fmt = must_format(200);
+    GenLoopPort port(fmt);
+    std::vector<std::byte> big(2048), tiny(kHdr - 1), short_by_one(kHdr + 199), ones(kHdr + 200);
+    const iovec vb{big.data(), big.size()};
+    const iovec vt{tiny.data(), tiny.size()};
+    const iovec vs{short_by_one.data(), short_by_one.size()};
+    const std::vector<iovec> many = cut(ones, {1});  // more pieces than kMaxPieces
+    const std::vector<iovec> hdr_only = cut(tiny, {5});
+    const std::vector<std::span<const iovec>> dsts = {{&vb, 1}, {},       {&vt, 1}, hdr_only,
+                                                      many,     {&vs, 1}, {&vb, 1}};
+    uint64_t delivered = 0;
+    for (const auto& d : dsts) delivered += port.recv(d) != 0 ? 1u : 0u;
+    EXPECT_EQ(delivered, 2u);
+    EXPECT_EQ(port.generated(), dsts.size()) << "each recv() takes a seq";
+    const GenStats g = port.gen().stats();
+    EXPECT_EQ(g.gen_pkts, delivered);
+    EXPECT_EQ(g.gen_pkts + g.gen_drop_no_room, port.generated());
+}
+
+TEST(GenLoopPort, MaxFrameIsTheFormatsFrameSize) {
+    GenLoopPort port(must_format(1518));
+    EXPECT_EQ(port.max_frame_bytes(), 1518u);
+    EXPECT_EQ(port.peek_len(), 1518u + kHdr);
 }
 
 TEST(GenLoopPort, HeaderIgnoredBySend) {
@@ -253,7 +285,7 @@ TEST(GenLoopPort, HeaderIgnoredBySend) {
     const uint32_t len = port.recv({&v, 1});
     ASSERT_EQ(len, 64u + kHdr);
     buf[0] = std::byte{1};
-    EXPECT_TRUE(port.send({&v, 1}, len));
+    EXPECT_EQ(port.send({&v, 1}, len), SendResult::Sent);
 }
 
 }  // namespace

@@ -6,29 +6,20 @@
 
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
-#include <chrono>
-#include <cstdio>
 #include <cstring>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "pvnet/port/gen_port.h"
 #include "pvnet/virtio/virtio_config.h"
+#include "tap_test_util.h"
 
 namespace pvnet::port {
 namespace {
 
-using Frame = std::vector<std::byte>;
-constexpr uint32_t kHdr = TapPort::kHdrBytes;
-
-// The tap's side is the kernel at 198.51.100.1 (GenPort's destination, MAC
-// kDstMac); we are the peer 192.0.2.1 (kSrcIp, kSrcMac).
-constexpr const char* kTapMac = "02:00:00:00:00:02";
+using namespace tap_test;
 
 TEST(TunOffloadFlags, MapsGuestReceiveFeatures) {
     using namespace virtio;
@@ -42,105 +33,6 @@ TEST(TunOffloadFlags, MapsGuestReceiveFeatures) {
               kTunFCsum | kTunFTso4 | kTunFTso6 | kTunFTsoEcn);
     // Host-side (tx) offloads are what we write, not what TUNSETOFFLOAD is about.
     EXPECT_EQ(tun_offload_flags(bit(VIRTIO_NET_F_CSUM) | bit(VIRTIO_NET_F_HOST_TSO4)), 0u);
-}
-
-/// A namespace with one tap in it, configured as the kernel's side of a link.
-class TapRootTest : public ::testing::Test {
-protected:
-    void SetUp() override {
-        ASSERT_EQ(geteuid(), 0u) << "TapPort tests need root (CAP_NET_ADMIN) to create "
-                                    "network namespaces and taps; run them as root";
-        const std::string name = "pvnet-tap-" + std::to_string(getpid());
-        auto ns = ScopedNetns::create(name);
-        ASSERT_TRUE(ns.has_value()) << to_string(ns.error());
-        ns_.emplace(std::move(*ns));
-        // No IPv6 chatter (router solicitations, MLD) between our frames and
-        // the kernel's answers: /proc/sys/net is the opener's namespace.
-        auto st = run_in_netns(name, []() -> Status<SysError> {
-            for (const char* p : {"/proc/sys/net/ipv6/conf/all/disable_ipv6",
-                                  "/proc/sys/net/ipv6/conf/default/disable_ipv6"}) {
-                FILE* f = std::fopen(p, "w");
-                if (f == nullptr) return unexpected(SysError{"disable_ipv6", errno});
-                std::fputs("1", f);
-                std::fclose(f);
-            }
-            return {};
-        });
-        ASSERT_TRUE(st.has_value()) << to_string(st.error());
-    }
-
-    TapConfig config(const std::string& tap) const {
-        TapConfig c;
-        c.name = tap;
-        c.netns = ns_->name();
-        c.link_up = true;
-        return c;
-    }
-
-    /// MAC and address the kernel answers on, and our address as a permanent neighbour.
-    void address(const std::string& tap) const {
-        ASSERT_EQ(ns_->ip({"link", "set", "dev", tap, "address", kTapMac}), 0);
-        ASSERT_EQ(ns_->ip({"addr", "add", "198.51.100.1/24", "dev", tap}), 0);
-        ASSERT_EQ(ns_->ip({"route", "add", "192.0.2.0/24", "dev", tap}), 0);
-        ASSERT_EQ(ns_->ip({"neigh", "add", "192.0.2.1", "lladdr", "02:00:00:00:00:01", "dev", tap,
-                           "nud", "permanent"}),
-                  0);
-    }
-
-    std::optional<ScopedNetns> ns_;
-};
-
-/// An ARP request from 192.0.2.1 for 198.51.100.1 (the tap's address), behind a
-/// zero vnet header; padded to the 60-byte minimum.
-Frame arp_request() {
-    Frame f(kHdr + 60);
-    auto* e = reinterpret_cast<uint8_t*>(f.data() + kHdr);
-    std::memset(e, 0xff, 6);
-    std::memcpy(e + 6, kSrcMac.data(), 6);
-    e[12] = 0x08, e[13] = 0x06;                       // ARP
-    const uint8_t arp[8] = {0, 1, 8, 0, 6, 4, 0, 1};  // Ethernet, IPv4, request
-    std::memcpy(e + 14, arp, 8);
-    std::memcpy(e + 22, kSrcMac.data(), 6);
-    std::memcpy(e + 28, kSrcIp.data(), 4);
-    std::memcpy(e + 38, kDstIp.data(), 4);
-    return f;
-}
-
-/// A GenPort UDP frame (192.0.2.1:1024 -> 198.51.100.1:9) behind a zero header.
-Frame udp_frame(uint64_t seq) {
-    auto fmt = FrameFormat::create(64);
-    EXPECT_TRUE(fmt.has_value());
-    FrameGen gen(*fmt);
-    Frame f(kHdr + 64);
-    EXPECT_EQ(gen.write_frame(seq, f.data() + kHdr, 64), 64u);
-    return f;
-}
-
-/// Sends `f` split in two iovecs inside the header (the guest may split anywhere).
-bool send_split(TapPort& tap, Frame& f) {
-    const std::array<iovec, 2> iov{iovec{f.data(), 5}, iovec{f.data() + 5, f.size() - 5}};
-    return tap.send(iov, static_cast<uint32_t>(f.size()));
-}
-
-/// Reads frames for up to 2 s until one is an ARP reply to 192.0.2.1; the
-/// buffer is split inside the header. Other frames are skipped.
-std::optional<Frame> await_arp_reply(TapPort& tap) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    Frame buf(2048, std::byte{0xee});
-    while (std::chrono::steady_clock::now() < until) {
-        pollfd p{tap.rx_fd(), POLLIN, 0};
-        if (::poll(&p, 1, 100) != 1) continue;
-        const std::array<iovec, 2> iov{iovec{buf.data(), 7}, iovec{buf.data() + 7, buf.size() - 7}};
-        const uint32_t n = tap.recv(iov);
-        if (n < kHdr + 42) continue;
-        const auto* e = reinterpret_cast<const uint8_t*>(buf.data() + kHdr);
-        if (e[12] == 0x08 && e[13] == 0x06 && e[21] == 2 &&
-            std::memcmp(e + 38, kSrcIp.data(), 4) == 0) {
-            buf.resize(n);
-            return buf;
-        }
-    }
-    return std::nullopt;
 }
 
 TEST_F(TapRootTest, KernelAnswersArpWrittenThroughTap) {
@@ -163,31 +55,6 @@ TEST_F(TapRootTest, KernelAnswersArpWrittenThroughTap) {
     EXPECT_EQ(std::to_integer<int>((*reply)[11]), 0);
     EXPECT_GE((*tap)->rx_pkts.get(), 1u);
 }
-
-/// A UDP socket bound to 198.51.100.1:9 inside `ns`, closed with the object.
-struct UdpSink {
-    int fd = -1;
-    explicit UdpSink(const std::string& ns) {
-        auto r = udp_socket_in(ns, kDstIp, kUdpDstPort, UdpEnd::Bind);
-        EXPECT_TRUE(r.has_value()) << to_string(r.error());
-        if (r) fd = *r;
-    }
-    ~UdpSink() {
-        if (fd >= 0) ::close(fd);
-    }
-    /// The seq of the next datagram, waiting up to 2 s; nullopt if none.
-    std::optional<uint64_t> next_seq() const {
-        pollfd p{fd, POLLIN, 0};
-        uint8_t payload[64];
-        if (::poll(&p, 1, 2000) != 1 ||
-            ::recv(fd, payload, sizeof payload, 0) != 64 - static_cast<ssize_t>(kHdrBytes)) {
-            return std::nullopt;
-        }
-        uint64_t seq_be = 0;
-        std::memcpy(&seq_be, payload, 8);
-        return __builtin_bswap64(seq_be);
-    }
-};
 
 TEST_F(TapRootTest, UdpFrameReachesSocketInNamespace) {
     auto tap = TapPort::open(config("pvt0"));
@@ -226,8 +93,13 @@ TEST_P(TapBatchTest, SendBatchWritesAllAndCountsRejections) {
         batch.push_back({iovs.back(), static_cast<uint32_t>(f.size())});
     }
     batch[6].len -= 1;  // disagrees with its iovecs: never submitted
-    EXPECT_EQ((*tap)->send_batch(batch), 8u);
+    const TapBatchResult r = (*tap)->send_batch(batch);
+    EXPECT_EQ(r.taken, 10u);
+    EXPECT_EQ(r.sent, 8u);
+    EXPECT_FALSE(r.retry);
     EXPECT_EQ((*tap)->tx_pkts.get(), 8u);
+    EXPECT_EQ((*tap)->tx_drops(), 2u);
+    EXPECT_EQ((*tap)->tx_retry.get(), 0u);
     EXPECT_EQ((*tap)->tx_drop_errno.get(TapErrno::Inval), 1u);
     EXPECT_EQ((*tap)->tx_drop_bad_len.get(), 1u);
     EXPECT_EQ((*tap)->tx_last_errno(), EINVAL);
@@ -263,7 +135,7 @@ TEST_F(TapRootTest, BadVnetHeaderIsCountedDropWithEinval) {
     // A length that disagrees with the iovecs never reaches the kernel.
     Frame ok = arp_request();
     const iovec whole{ok.data(), ok.size()};
-    EXPECT_FALSE((*tap)->send({&whole, 1}, static_cast<uint32_t>(ok.size() + 1)));
+    EXPECT_EQ((*tap)->send({&whole, 1}, static_cast<uint32_t>(ok.size() + 1)), SendResult::Dropped);
     EXPECT_EQ((*tap)->tx_drop_bad_len.get(), 1u);
 
     // The port goes on working.
@@ -283,10 +155,12 @@ TEST_F(TapRootTest, ReadsCheckTheGuestBufferRoom) {
     EXPECT_EQ((*tap)->recv({&big, 1}), 0u);
     EXPECT_GE((*tap)->rx_empty.get(), 1u);
 
-    // A buffer that cannot hold the header is refused without reading.
+    // A buffer that cannot hold the header, with nothing waiting: nothing lost.
+    const uint64_t empty = (*tap)->rx_empty.get();
     const iovec tiny{buf.data(), kHdr - 1};
     EXPECT_EQ((*tap)->recv({&tiny, 1}), 0u);
-    EXPECT_EQ((*tap)->rx_drop_truncated.get(), 1u);
+    EXPECT_EQ((*tap)->rx_drop_truncated.get(), 0u);
+    EXPECT_EQ((*tap)->rx_empty.get(), empty + 1);
 
     // The kernel's ARP reply (42 bytes) into 12 + 41 bytes: truncated, counted,
     // dropped; into exactly 12 + 42 bytes: delivered (tun cuts silently, so
@@ -300,7 +174,7 @@ TEST_F(TapRootTest, ReadsCheckTheGuestBufferRoom) {
         const iovec exact{buf.data(), room};
         EXPECT_EQ((*tap)->recv({&exact, 1}), room == kHdr + 42 ? room : 0u);
     }
-    EXPECT_EQ((*tap)->rx_drop_truncated.get(), 2u);
+    EXPECT_EQ((*tap)->rx_drop_truncated.get(), 1u);
     EXPECT_EQ((*tap)->rx_pkts.get(), drained + 1);
 }
 
@@ -346,18 +220,11 @@ TEST_F(TapRootTest, ErrorsNameTheStep) {
     r = TapPort::open(c);
     ASSERT_FALSE(r.has_value());
     EXPECT_STREQ(r.error().op, "tx_batch");
-}
-
-/// `ethtool -k <tap>` inside the namespace.
-std::string ethtool_k(const std::string& ns, const std::string& tap) {
-    const std::string cmd = "ip netns exec " + ns + " ethtool -k " + tap + " 2>&1";
-    std::string out;
-    if (FILE* f = ::popen(cmd.c_str(), "r")) {
-        char line[256];
-        while (std::fgets(line, sizeof line, f) != nullptr) out += line;
-        ::pclose(f);
-    }
-    return out;
+    c = config("pvt0");
+    c.sndbuf_bytes = -1;
+    r = TapPort::open(c);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_STREQ(r.error().op, "sndbuf");
 }
 
 TEST_F(TapRootTest, OffloadsFromGuestFeaturesReachTheDevice) {

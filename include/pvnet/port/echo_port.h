@@ -3,7 +3,16 @@
 // some flow; the port queues a response frame of the same flow and sequence
 // number, which handle_rx then delivers to the guest (recv). One
 // outstanding request per flow in RR means the queue never holds more than
-// the number of flows; it is bounded anyway and overflow is a counted drop.
+// the number of flows; it is bounded anyway, and a request whose response
+// finds it full is not taken: send() says Retry, as a server that stops
+// reading would push back, and the device offers it again once recv() has
+// drained some.
+//
+// Accounting: every send() is a request taken (requests), a bad one
+// dropped (drop_bad_request) or a Retry (retry_queue_full, nothing else
+// counted). requests = responses + drop_no_room + unanswered + pending().
+//
+// Port contract: include/pvnet/port/port.h (Port, HasPeekLen, HasMaxFrame).
 #pragma once
 
 #include <sys/uio.h>
@@ -15,6 +24,7 @@
 #include <vector>
 
 #include "pvnet/port/gen_port.h"
+#include "pvnet/port/port.h"
 #include "pvnet/util/counters.h"
 #include "pvnet/virtio/virtio_net.h"
 
@@ -28,12 +38,12 @@ public:
     /// Responses are `frame_bytes` long; flows 0..flows-1. With
     /// `answer_every` k > 1 only every k-th request of a flow is answered
     /// (a stream's delayed ACKs: k = 2), the rest are consumed silently.
-    static Result<std::unique_ptr<EchoPort>, PortError> create(uint32_t frame_bytes,
-                                                               uint16_t flows,
+    static Result<std::unique_ptr<EchoPort>, PortError> create(uint32_t frame_bytes, uint16_t flows,
                                                                uint32_t answer_every = 1) {
         if (answer_every == 0) return unexpected(PortError::BadFrameSize);
         std::unique_ptr<EchoPort> p(new EchoPort());
         p->answer_every_ = answer_every;
+        p->frame_bytes_ = frame_bytes;
         p->seen_.assign(flows, 0);
         p->gens_.reserve(flows);
         for (uint16_t f = 0; f < flows; ++f) {
@@ -57,12 +67,18 @@ public:
         return kHdrBytes + gens_[queue_[head_ % kMaxPending].flow]->frame_bytes();
     }
 
-    /// Delivers the oldest queued response (hdr + frame); 0 if none or no room.
+    /// Every response is one frame of this size.
+    uint32_t max_frame_bytes() const noexcept { return frame_bytes_; }
+    /// Responses queued, not yet received.
+    uint64_t pending() const noexcept { return tail_ - head_; }
+
+    /// Delivers the oldest queued response (hdr + frame); 0 if none, or if it
+    /// does not fit dst's first piece (then consumed and counted, drop_no_room).
     uint32_t recv(std::span<const iovec> dst) noexcept {
-        if (head_ == tail_ || dst.empty()) return 0;
+        if (head_ == tail_) return 0;
         const Pending r = queue_[head_ % kMaxPending];
         ++head_;
-        if (dst[0].iov_len < kHdrBytes) {
+        if (dst.empty() || dst[0].iov_len < kHdrBytes) {
             drop_no_room.add();
             return 0;
         }
@@ -78,11 +94,13 @@ public:
         return n + kHdrBytes;
     }
 
-    /// Takes a request (hdr + frame) and queues its response.
-    bool send(std::span<const iovec> src, uint32_t len) noexcept {
+    /// Takes a request (hdr + frame, in src's first piece) and queues its
+    /// response: Sent; Dropped (drop_bad_request); Retry when the response
+    /// queue is full (retry_queue_full, and nothing else done or counted).
+    SendResult send(std::span<const iovec> src, uint32_t len) noexcept {
         if (src.empty() || src[0].iov_len < len || len < kHdrBytes + kSeqOffset + 8) {
             drop_bad_request.add();
-            return false;
+            return SendResult::Dropped;
         }
         const auto* frame = static_cast<const std::byte*>(src[0].iov_base) + kHdrBytes;
         // UDP source port at 34 (after Ethernet 14 + IPv4 20), big-endian.
@@ -93,21 +111,31 @@ public:
         std::memcpy(&seq_be, frame + kSeqOffset, sizeof seq_be);
         if (flow >= gens_.size()) {
             drop_bad_request.add();
-            return false;
+            return SendResult::Dropped;
+        }
+        const bool answer = (seen_[flow] + 1) % answer_every_ == 0;
+        if (answer && tail_ - head_ == kMaxPending) {
+            retry_queue_full.add();
+            return SendResult::Retry;
         }
         requests.add();
         if (work_ns_ != 0) spin(work_ns_);
-        if (++seen_[flow] % answer_every_ != 0) return true;
-        if (tail_ - head_ == kMaxPending) {
-            drop_queue_full.add();
-            return false;
+        ++seen_[flow];
+        if (!answer) {
+            unanswered.add();
+            return SendResult::Sent;
         }
         queue_[tail_ % kMaxPending] = Pending{flow, __builtin_bswap64(seq_be)};
         ++tail_;
-        return true;
+        return SendResult::Sent;
     }
 
-    Counter requests, responses, drop_bad_request, drop_queue_full, drop_no_room;
+    Counter requests;          ///< requests taken
+    Counter responses;         ///< responses delivered by recv()
+    Counter drop_bad_request;  ///< too short, not in one piece, or of no known flow
+    Counter retry_queue_full;  ///< send() found the response queue full: Retry
+    Counter drop_no_room;      ///< a response did not fit recv()'s first piece
+    Counter unanswered;        ///< requests answer_every left without a response
 
 private:
     EchoPort() = default;
@@ -123,11 +151,14 @@ private:
         uint64_t seq;
     };
     std::vector<std::unique_ptr<FrameGen>> gens_;  ///< one per flow, made at setup
-    std::vector<Pending> queue_;  ///< ring of kMaxPending, sized once
-    std::vector<uint64_t> seen_;  ///< requests per flow
+    std::vector<Pending> queue_;                   ///< ring of kMaxPending, sized once
+    std::vector<uint64_t> seen_;                   ///< requests per flow
     uint32_t answer_every_ = 1;
+    uint32_t frame_bytes_ = 0;
     uint32_t work_ns_ = 0;
     uint64_t head_ = 0, tail_ = 0;
 };
+
+static_assert(Port<EchoPort> && HasPeekLen<EchoPort> && HasMaxFrame<EchoPort>);
 
 }  // namespace pvnet::port

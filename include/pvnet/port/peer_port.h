@@ -8,13 +8,21 @@
 // Each end owns its inbound queue: a single-producer (the peer's send) /
 // single-consumer (own recv) ring of variable records in a byte arena
 // preallocated at create_pair(), so a 64 KiB GSO frame and a 64-byte one
-// both fit without per-packet allocation. A full queue is a counted drop.
+// both fit without per-packet allocation. A full queue is back-pressure:
+// send() says Retry (the device offers the packet again once the peer's
+// recv() has made room), never a drop; any frame that passes the checks fits
+// an empty queue, so room always comes once the peer drains it.
 // An eventfd per end (rx_fd(), for the worker's epoll in event mode) is
 // signalled when the queue gains a frame after its reader found it empty.
 //
-// Port contract of backend::VhostNet (include/pvnet/backend/vhost_net.h).
-// send() runs on one thread, rx_pending()/recv() on one (maybe other) thread
-// per end; counters may be read from any.
+// Accounting, per direction: every packet taken by one end's send() is
+// dropped there (tx_drops()) or queued; every queued frame is delivered by
+// the other end's recv() (rx_pkts) or dropped there (rx_drop_no_room), so
+// once the queue is empty a.tx_pkts = a.tx_drops() + b.rx_pkts + b.rx_drop_no_room.
+//
+// Port contract: include/pvnet/port/port.h (Port, HasRxFd, HasPeekLen).
+// send() runs on one thread, rx_pending()/peek_len()/recv() on one (maybe
+// other) thread per end; counters may be read from any.
 #pragma once
 
 #include <sys/uio.h>
@@ -29,6 +37,7 @@
 #include "pvnet/net/vnet_hdr.h"
 #include "pvnet/notify/event_fd.h"
 #include "pvnet/port/gen_port.h"
+#include "pvnet/port/port.h"
 #include "pvnet/util/counters.h"
 #include "pvnet/util/result.h"
 #include "pvnet/virtio/virtio_net.h"
@@ -45,19 +54,21 @@ struct PeerPortConfig {
 };
 
 struct PeerPortStats {
-    Counter tx_pkts;             ///< send() calls: every packet offered
-    Counter tx_bytes;            ///< hdr + frame bytes queued for the peer
-    Counter tx_drop_short;       ///< len shorter than the header, or iovecs short of len
-    Counter tx_drop_oversize;    ///< frame longer than kMaxFrameBytes
-    Counter tx_drop_queue_full;  ///< the peer's queue had no room
+    /// Packets taken: queued for the peer, or dropped (counted by reason). A
+    /// Retry is not counted here: the same packet comes again.
+    Counter tx_pkts;
+    Counter tx_bytes;          ///< hdr + frame bytes queued for the peer
+    Counter tx_drop_short;     ///< len shorter than the header, or iovecs short of len
+    Counter tx_drop_oversize;  ///< frame longer than kMaxFrameBytes
     CounterArray<net::HdrError> tx_drop_bad_hdr;  ///< per rule broken
-    Counter rx_pkts;                              ///< frames handed to recv()'s buffers
-    Counter rx_bytes;                             ///< hdr + frame bytes of those
-    Counter rx_drop_no_room;                      ///< recv()'s buffers shorter than the frame
+    Counter tx_retry_queue_full;  ///< send() found the peer's queue full: Retry, not a drop
+    Counter rx_pkts;              ///< frames handed to recv()'s buffers
+    Counter rx_bytes;             ///< hdr + frame bytes of those
+    Counter rx_drop_no_room;      ///< recv()'s buffers shorter than the frame
 
+    /// Packets taken and rejected for good.
     uint64_t tx_drops() const noexcept {
-        return tx_drop_short.get() + tx_drop_oversize.get() + tx_drop_queue_full.get() +
-               tx_drop_bad_hdr.total();
+        return tx_drop_short.get() + tx_drop_oversize.get() + tx_drop_bad_hdr.total();
     }
 };
 
@@ -82,12 +93,15 @@ public:
     /// A frame waits in this end's queue. When it finds the queue empty it
     /// arms rx_fd() so the peer's next send wakes this end's worker.
     bool rx_pending() noexcept;
+    /// hdr + frame bytes of the oldest frame (what recv() will need), 0 if none waits.
+    uint32_t peek_len() noexcept;
     /// Delivers the oldest frame (validated hdr + frame) into `dst`; returns
     /// its length, 0 if none waits or it does not fit (then dropped, counted).
     uint32_t recv(std::span<const iovec> dst) noexcept;
     /// Validates hdr + frame (`len` bytes over `src`) and queues it for the
-    /// peer; false if dropped (counted by reason).
-    bool send(std::span<const iovec> src, uint32_t len) noexcept;
+    /// peer: Sent; Dropped (counted by reason); Retry if the peer's queue is
+    /// full (tx_retry_queue_full; nothing counted in tx_pkts).
+    SendResult send(std::span<const iovec> src, uint32_t len) noexcept;
     /// Readable when a frame arrived after rx_pending() found the queue empty.
     int rx_fd() const noexcept { return rx_event_.fd(); }
 
@@ -101,6 +115,8 @@ private:
     static constexpr uint32_t record_bytes(uint32_t len) noexcept {
         return kRecordAlign + ((len + kRecordAlign - 1) & ~(kRecordAlign - 1));
     }
+    SendResult drop(Counter& why) noexcept;
+    bool next_record(uint64_t& head, uint32_t& len) noexcept;
 
     // Inbound queue. tail_ is written by the peer's send(), head_ by our
     // recv(); each side keeps a private copy of the other's word and
@@ -118,5 +134,7 @@ private:
     net::Offloads tx_offloads_;  ///< checked on our send()
     PeerPort* peer_ = nullptr;
 };
+
+static_assert(Port<PeerPort> && HasRxFd<PeerPort> && HasPeekLen<PeerPort>);
 
 }  // namespace pvnet::port

@@ -7,13 +7,23 @@
 // The header is not validated here: tun checks it on write (seed 002,
 // "vhost_net: remove virtio_net_hdr validation, let tun/tap do it
 // themselves"), and a write it rejects is a counted drop with its errno.
+// A write that finds no room in the kernel (EAGAIN/ENOBUFS: the tap's send
+// buffer, TUNSETSNDBUF, is full) is back-pressure, not a drop: send() says
+// Retry and the device offers the same packet again once tx_fd() is
+// writable, as vhost's handle_tx does. EINTR is retried in place.
 // Frames move with readv/writev between the non-blocking fd and the guest's
 // iovecs, no bounce copy. One frame per syscall: a tap has no batched
 // read/write; send_batch hands a burst of writes to io_uring in one
 // io_uring_enter, which results/2026-11-30/tap-io.txt found 1.3x faster
-// than a writev per frame for small frames (reads gain nothing that way).
+// than a writev per frame for small frames (reads gain nothing that way;
+// measured before issue 9 linked the writes of an enter and made them
+// RWF_NOWAIT, which pvnet-tapbench should confirm).
 //
-// Port contract of backend::VhostNet (include/pvnet/backend/vhost_net.h).
+// Accounting: every frame read is delivered (rx_pkts) or counted in
+// rx_drops(); every packet offered is, once, sent (tx_pkts) or counted in
+// tx_drops(); each Retry is one tx_retry and the packet comes again.
+//
+// Port contract: include/pvnet/port/port.h (Port, HasRxFd, HasTxFd, HasMaxFrame).
 // One thread uses a TapPort's data path; counters may be read from any.
 #pragma once
 
@@ -28,6 +38,7 @@
 #include <string>
 
 #include "pvnet/port/netns.h"
+#include "pvnet/port/port.h"
 #include "pvnet/util/counters.h"
 #include "pvnet/util/result.h"
 #include "pvnet/virtio/virtio_net.h"
@@ -55,6 +66,10 @@ struct TapConfig {
     bool multi_queue = false;  ///< IFF_MULTI_QUEUE: one TapPort per queue pair
     bool napi = false;  ///< IFF_NAPI: writes through NAPI/GRO (slower for small frames: tap-io.txt)
     bool link_up = false;  ///< set IFF_UP (SIOCSIFFLAGS) in the tap's namespace
+    /// TUNSETSNDBUF: bytes of written frames the kernel may still hold (queued
+    /// past the tap, e.g. on a bridge port's qdisc) before a write says EAGAIN,
+    /// QEMU's tap `sndbuf=`; 0 keeps tun's default (no limit: never EAGAIN).
+    int sndbuf_bytes = 0;
     /// io_uring entries for send_batch (1..kMaxTxBatch; a larger burst goes in
     /// several enters); 0 or no io_uring in the kernel: send_batch writes one by one.
     uint32_t tx_batch = 0;
@@ -66,19 +81,42 @@ struct TapTxFrame {
     uint32_t len = 0;
 };
 
-/// Why a write was rejected or a read failed, by errno.
+/// What send_batch did with a burst. frames[0, taken) are done, each sent or
+/// dropped and counted as send() counts it. If `retry`, frames[taken] found
+/// no room (EAGAIN/ENOBUFS, one tx_retry) and neither it nor any later frame
+/// was written: offer them again, in order, once tx_fd() is writable.
+/// Without `retry`, taken == frames.size().
+struct TapBatchResult {
+    uint32_t taken = 0;
+    uint32_t sent = 0;  ///< of the taken, the frames the kernel took whole
+    bool retry = false;
+};
+
+/// Why a write was rejected or a read failed, by errno (EAGAIN/ENOBUFS on a
+/// write is a Retry and EINTR is retried: neither is counted here).
 enum class TapErrno : uint8_t {
-    Inval,   ///< EINVAL: tun rejected the virtio_net_hdr or the frame
-    NoBufs,  ///< EAGAIN/ENOBUFS on write: no room in the kernel
-    Io,      ///< EIO: link down / detached queue
-    Other,
+    Inval,  ///< EINVAL: tun rejected the virtio_net_hdr or the frame (a read: tun freed it)
+    Io,     ///< EIO: link down
+    Other,  ///< e.g. EBADFD: the queue was detached
     Count
 };
+
+/// The reason a failed read or write is counted under.
+TapErrno tap_errno_reason(int err) noexcept;
+
+/// What a write that failed with `err` means for the packet: Retry for
+/// EAGAIN/EWOULDBLOCK and ENOBUFS (no room in the kernel now: vhost's
+/// handle_tx discards the descriptor and waits) and for EINTR (nothing was
+/// written; TapPort retries that call itself first); Dropped for the rest
+/// (EINVAL: tun's verdict on the header, final; EIO: link down).
+SendResult tap_write_verdict(int err) noexcept;
 
 class TapPort {
 public:
     static constexpr uint32_t kHdrBytes = sizeof(virtio::virtio_net_hdr);
     static constexpr uint32_t kMaxTxBatch = 256;
+    /// Ethernet header + one 802.1Q tag: what a frame carries beyond the MTU.
+    static constexpr uint32_t kL2HdrBytes = 14 + 4;
 
     /// Opens (creating if absent) the tap, in cfg.netns if given.
     static Result<std::unique_ptr<TapPort>, SysError> open(const TapConfig& cfg) noexcept;
@@ -90,20 +128,42 @@ public:
     /// backend pops a guest buffer before recv and a 0 from recv spends it;
     /// the syscall it costs is measured in results/2026-11-30/tap-io.txt.
     bool rx_pending() noexcept;
-    /// Reads one hdr+frame into `dst`; returns its length, 0 if none or dropped.
+    /// Reads one hdr+frame into `dst`; returns its length, or 0 if none
+    /// waited (rx_empty) or it was dropped (consumed and counted in rx_drops():
+    /// e.g. less room than the header, or a frame longer than `dst`).
     uint32_t recv(std::span<const iovec> dst) noexcept;
-    /// Writes one hdr+frame of `len` bytes (the sum of src's lengths).
-    bool send(std::span<const iovec> src, uint32_t len) noexcept;
-    /// Writes every frame, io_uring batched when available, and returns how
-    /// many the kernel took; each rejection is counted as send() counts it.
-    /// All writes have completed on return: the iovecs may be reused.
-    uint32_t send_batch(std::span<const TapTxFrame> frames) noexcept;
+    /// Writes one hdr+frame of `len` bytes (the sum of src's lengths): Sent,
+    /// Dropped (counted in tx_drops()) or Retry (no room: tx_retry, not written).
+    SendResult send(std::span<const iovec> src, uint32_t len) noexcept;
+    /// Writes the frames in order, io_uring batched when available, up to the
+    /// first that must be retried (see TapBatchResult); each frame taken is
+    /// counted as send() counts it. The io_uring writes of one enter are
+    /// linked (IOSQE_IO_LINK), so none runs after one that failed, and
+    /// RWF_NOWAIT, so none waits for room. All writes have completed on
+    /// return: the iovecs may be reused.
+    TapBatchResult send_batch(std::span<const TapTxFrame> frames) noexcept;
     /// send_batch goes through io_uring (false: never set up, or it failed).
     bool tx_batch_uring() const noexcept { return ring_ != nullptr; }
     int rx_fd() const noexcept { return fd_; }
+    /// The fd to wait on for EPOLLOUT after a Retry (the tap's, as rx_fd()).
+    int tx_fd() const noexcept { return fd_; }
+    /// The largest frame (no virtio_net_hdr) the tap hands over while no GSO
+    /// offload is set: its MTU (SIOCGIFMTU at open) + kL2HdrBytes. With
+    /// offloads() holding TSO, frames up to 64 KiB + kL2HdrBytes come too.
+    uint32_t max_frame_bytes() const noexcept { return mtu_ + kL2HdrBytes; }
+    /// The TUN_F_* set given to TUNSETOFFLOAD at open.
+    unsigned offloads() const noexcept { return offloads_; }
     const std::string& name() const noexcept { return name_; }
-    /// errno of the last rejected write (0: none yet).
+    /// errno of the last rejected write (0: none yet; a Retry is no rejection).
     int tx_last_errno() const noexcept { return tx_last_errno_.load(std::memory_order_relaxed); }
+
+    /// Frames read and not delivered, each consumed from the tap (but for the
+    /// rare rx_drop_errno of a read that found no queue, e.g. EBADFD: detached).
+    uint64_t rx_drops() const noexcept {
+        return rx_drop_short.get() + rx_drop_truncated.get() + rx_drop_errno.total();
+    }
+    /// Packets offered and rejected for good.
+    uint64_t tx_drops() const noexcept { return tx_drop_bad_len.get() + tx_drop_errno.total(); }
 
     Counter rx_pkts, rx_bytes, tx_pkts, tx_bytes;
     Counter rx_empty;           ///< reads that found nothing (EAGAIN)
@@ -111,6 +171,7 @@ public:
     Counter rx_drop_truncated;  ///< frame (or header) larger than the guest's buffers
     Counter tx_drop_bad_len;    ///< len disagrees with the iovecs, or a partial write
     CounterArray<TapErrno> rx_drop_errno, tx_drop_errno;
+    Counter tx_retry;  ///< writes that found no room (EAGAIN/ENOBUFS): back-pressure, not drops
     Counter tx_batch_ring_failed;  ///< io_uring stopped taking work: one by one from then on
 
 private:
@@ -118,23 +179,29 @@ private:
         void operator()(io_uring* r) const noexcept;
     };
 
-    TapPort(int fd, std::string name) noexcept : fd_(fd), name_(std::move(name)) {}
-    static TapErrno classify(int err) noexcept;
-    bool valid_len(std::span<const iovec> src, uint32_t len) noexcept;
-    void count_write(ssize_t n, uint32_t len) noexcept;
-    uint32_t submit_writes(std::span<const TapTxFrame> frames) noexcept;
+    TapPort(int fd, std::string name, uint32_t mtu, unsigned offloads) noexcept
+        : fd_(fd), name_(std::move(name)), mtu_(mtu), offloads_(offloads) {}
+    static bool len_ok(std::span<const iovec> src, uint32_t len) noexcept;
+    SendResult count_write(ssize_t n, uint32_t len) noexcept;
+    uint32_t discard_frame() noexcept;
+    void count_read_error(int err) noexcept;
+    TapBatchResult submit_writes(std::span<const TapTxFrame> frames) noexcept;
 
     /// IOV_MAX (1024, the ring's kMaxIov too) less recv's overflow piece.
     static constexpr std::size_t kMaxRxIov = 1023;
 
     int fd_;
     std::string name_;
+    uint32_t mtu_;
+    unsigned offloads_;
     std::array<iovec, kMaxRxIov + 1> rx_iov_{};  ///< recv's pieces + the overflow byte
     std::byte rx_overflow_{};
     std::unique_ptr<io_uring, RingDeleter> ring_;
     uint32_t ring_entries_ = 0;
-    std::array<uint32_t, kMaxTxBatch> tx_queued_{};  ///< frame index of each SQE, in order
+    std::array<int, kMaxTxBatch> tx_res_{};  ///< submit_writes: each frame's CQE result (or a mark)
     std::atomic<int> tx_last_errno_{0};
 };
+
+static_assert(Port<TapPort> && HasRxFd<TapPort> && HasTxFd<TapPort> && HasMaxFrame<TapPort>);
 
 }  // namespace pvnet::port

@@ -119,7 +119,7 @@ uint64_t write_loop(TapPort& tap, uint64_t deadline, uint64_t& errors) {
     uint64_t n = 0;
     do {
         for (int i = 0; i < 256; ++i) {
-            if (tap.send(frames[0].iov, kHdr + kFrameBytes))
+            if (tap.send(frames[0].iov, kHdr + kFrameBytes) == SendResult::Sent)
                 ++n;
             else
                 ++errors;
@@ -135,7 +135,7 @@ uint64_t batch_write_loop(TapPort& tap, unsigned batch, uint64_t deadline, uint6
     for (unsigned i = 0; i < batch; ++i) refs[i] = {frames[i].iov, kHdr + kFrameBytes};
     uint64_t n = 0;
     do {
-        const uint32_t sent = tap.send_batch(refs);
+        const uint32_t sent = tap.send_batch(refs).sent;
         n += sent;
         errors += batch - sent;
     } while (clock_ns(CLOCK_MONOTONIC) < deadline);
