@@ -179,7 +179,12 @@ void RingRelay::guest_loop() noexcept {
                     len += pieces[i].len;
                 }
                 if (is_gso(pieces[0].host, pieces[0].len)) gso_rx_.add();
-                tap_a_->send(std::span<const iovec>(rx_iov_.data(), pieces.size()), len);
+                // Tap A full (Retry): the rx buffer goes back to the ring,
+                // so the frame cannot wait; it is a counted drop.
+                if (tap_a_->send(std::span<const iovec>(rx_iov_.data(), pieces.size()), len) ==
+                    port::SendResult::Retry) {
+                    tap_a_full_.add();
+                }
                 return false;
             },
             spin_usecs);
@@ -200,10 +205,16 @@ void RingRelay::guest_loop() noexcept {
         if (n == 0 && queued == 0 && qp.napi_complete()) {
             // Idle: sleep on tap A (unless the tx queue is stopped: then only
             // the tx interrupt can restart it) and both interrupts.
-            pollfd p[3] = {{tap_a_->rx_fd(), static_cast<short>(qp.tx_stopped() ? 0 : POLLIN), 0},
+            // A tap whose device is gone polls as an error forever: stop
+            // watching it rather than spin (the backend does the same for tap B).
+            pollfd p[3] = {{tap_a_gone_ ? -1 : tap_a_->rx_fd(),
+                            static_cast<short>(qp.tx_stopped() ? 0 : POLLIN), 0},
                            {tb_.rx_call().fd(), POLLIN, 0},
                            {tb_.tx_call().fd(), POLLIN, 0}};
-            if (poll(p, 3, 100) > 0 && (p[1].revents & POLLIN)) tb_.rx_call().consume();
+            if (poll(p, 3, 100) > 0) {
+                if ((p[0].revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) tap_a_gone_ = true;
+                if (p[1].revents & POLLIN) tb_.rx_call().consume();
+            }
         }
     }
 }
@@ -221,7 +232,7 @@ RingRelayCounters RingRelay::counters() const noexcept {
     c.direct_runs = bs.direct_runs.get();
     c.direct_pkts = bs.direct_pkts.get();
     c.direct_busy = bs.direct_busy.get();
-    c.tap_a_drops = drops(*tap_a_);
+    c.tap_a_drops = drops(*tap_a_) + tap_a_full_.get();
     c.tap_b_drops = drops(*tap_b_);
     c.tap_a_einval = tap_a_->tx_drop_errno.get(port::TapErrno::Inval);
     c.tap_b_einval = tap_b_->tx_drop_errno.get(port::TapErrno::Inval);

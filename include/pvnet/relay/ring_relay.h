@@ -105,6 +105,8 @@ private:
     Counter gso_tx_, gso_rx_;  ///< guest thread: GSO frames read from / written to tap A
     Counter lost_;             ///< frames read from tap A that the queue refused
     Counter max_tx_frame_;     ///< largest frame read from tap A
+    Counter tap_a_full_;       ///< frames for tap A it had no room for (Retry)
+    bool tap_a_gone_ = false;  ///< guest thread: tap A's fd reported an error
 
     /// Guest buffer slots: a page each, hdr + frame (mergeable on rx).
     static constexpr uint32_t kSlotBytes = 4096;
