@@ -183,13 +183,14 @@ TEST(CoalesceWorker, SetCoalesceFromAnotherThreadTakesEffect) {
     Harness h({.size = 1024});
     Running run(h);
     const VhostNetStats& s = h.stats();
+    const DeviceStats& ds = h.dev().device_stats();
     h.add_tx_burst(0, 64, 64);
     h.tx_kick().signal();
     ASSERT_TRUE(wait_until([&] { return s.tx_pkts.get() == 64; }));
     EXPECT_EQ(s.tx_calls.get(), 2u) << "0/0: one interrupt per burst";
 
     h.dev().set_coalesce({}, {64, kNeverUs});  // from this thread, not the worker
-    ASSERT_TRUE(wait_until([&] { return s.coalesce_updates.get() == 1; }));
+    ASSERT_TRUE(wait_until([&] { return ds.coalesce_updates.get() == 1; }));
     h.add_tx_burst(64, 128, 64);
     h.tx_kick().signal();
     ASSERT_TRUE(wait_until([&] { return s.tx_pkts.get() == 192; }));
@@ -203,7 +204,7 @@ TEST(CoalesceWorker, SetCoalesceFromAnotherThreadTakesEffect) {
     EXPECT_EQ(s.tx_calls.get(), 4u);
     h.dev().set_coalesce({}, {});
     ASSERT_TRUE(wait_until([&] { return s.tx_calls.get() == 5; }));
-    EXPECT_EQ(s.coalesce_updates.get(), 2u);
+    EXPECT_EQ(ds.coalesce_updates.get(), 2u);
 }
 
 TEST(CoalesceWorker, TimerInTheWorkersEpollSignalsTheRest) {
@@ -230,6 +231,7 @@ TEST(BusyPoll, FindsAChainPublishedWithoutAKick) {
     h.port.rx_left = 4;  // frames wait, the guest has no rx buffers yet
     Running run(h);
     const VhostNetStats& s = h.stats();
+    const DeviceStats& ds = h.dev().device_stats();
     // The initial runs are over (tx runs before rx): the worker is now
     // idle, i.e. spinning.
     ASSERT_TRUE(wait_until([&] { return s.rx_runs.get() >= 1; }));
@@ -238,18 +240,18 @@ TEST(BusyPoll, FindsAChainPublishedWithoutAKick) {
     EXPECT_TRUE(h.txd().kick_prepare());
     // ...but this one never does; the spin finds the chain anyway.
     ASSERT_TRUE(wait_until([&] { return s.tx_pkts.get() == 1; }));
-    EXPECT_GE(s.busy_poll_hits.get(), 1u);
+    EXPECT_GE(ds.busy_poll_hits.get(), 1u);
     EXPECT_EQ(s.tx_kicks.get(), 0u);
 
     // Guest rx buffers refilled without a kick while the port has frames:
     // the spin finds the refill too (or, if it lands just as the tx round
     // ends, the round's own check of the port and the rx ring does).
-    const uint64_t hits = s.busy_poll_hits.get();
+    const uint64_t hits = ds.busy_poll_hits.get();
     EXPECT_EQ(s.rx_pkts.get(), 0u);
     EXPECT_EQ(s.rx_ring_empty.get(), 1u) << "the initial rx run found no buffers";
     h.add_rx_burst(0, 4);
     ASSERT_TRUE(wait_until([&] { return s.rx_pkts.get() == 4; }));
-    EXPECT_LE(s.busy_poll_hits.get(), hits + 1);
+    EXPECT_LE(ds.busy_poll_hits.get(), hits + 1);
     EXPECT_EQ(s.rx_kicks.get(), 0u);
     EXPECT_EQ(s.tx_kicks.get(), 0u);
 }
@@ -258,6 +260,7 @@ TEST(BusyPoll, AKickThatLandsWhileSpinningIsConsumedNotLost) {
     Harness h({.busyloop_usecs = 20'000});
     Running run(h);
     const VhostNetStats& s = h.stats();
+    const DeviceStats& ds = h.dev().device_stats();
     ASSERT_TRUE(wait_until([&] { return s.rx_runs.get() >= 1; }));
     h.add_tx_burst(0, 1, 64);
     ASSERT_TRUE(h.txd().kick_prepare());
@@ -266,15 +269,16 @@ TEST(BusyPoll, AKickThatLandsWhileSpinningIsConsumedNotLost) {
     // epoll wait (right after the hit, or once the budget runs out).
     ASSERT_TRUE(wait_until([&] { return s.tx_pkts.get() == 1 && s.tx_kicks.get() == 1; }));
     EXPECT_FALSE(h.tx_kick().wait(0)) << "kick eventfd drained";
-    EXPECT_GE(s.busy_poll_hits.get() + s.busy_poll_misses.get(), 1u);
+    EXPECT_GE(ds.busy_poll_hits.get() + ds.busy_poll_misses.get(), 1u);
 }
 
 TEST(BusyPoll, BudgetRunsOutWhenIdle) {
     Harness h({.busyloop_usecs = 50});
     Running run(h);
     const VhostNetStats& s = h.stats();
-    ASSERT_TRUE(wait_until([&] { return s.busy_poll_misses.get() >= 1; }));
-    EXPECT_EQ(s.busy_poll_hits.get(), 0u);
+    const DeviceStats& ds = h.dev().device_stats();
+    ASSERT_TRUE(wait_until([&] { return ds.busy_poll_misses.get() >= 1; }));
+    EXPECT_EQ(ds.busy_poll_hits.get(), 0u);
     EXPECT_EQ(s.tx_pkts.get() + s.rx_pkts.get(), 0u);
 }
 
@@ -282,11 +286,12 @@ TEST(BusyPoll, OffByDefault) {
     Harness h({});
     Running run(h);
     const VhostNetStats& s = h.stats();
+    const DeviceStats& ds = h.dev().device_stats();
     ASSERT_TRUE(wait_until([&] { return s.rx_runs.get() >= 1; }));  // initial runs over
     h.add_tx_burst(0, 1, 64);
     h.tx_kick().signal();
     ASSERT_TRUE(wait_until([&] { return s.tx_pkts.get() == 1 && s.tx_kicks.get() == 1; }));
-    EXPECT_EQ(s.busy_poll_hits.get() + s.busy_poll_misses.get(), 0u);
+    EXPECT_EQ(ds.busy_poll_hits.get() + ds.busy_poll_misses.get(), 0u);
 }
 
 }  // namespace

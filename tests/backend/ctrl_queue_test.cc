@@ -23,8 +23,9 @@
 #include "pvnet/frontend/virtio_net.h"
 #include "pvnet/mem/memory_region.h"
 #include "pvnet/ring/driver_queue.h"
+#include "pvnet/virtio/virtio_config.h"
 #include "pvnet/virtio/virtio_net.h"
-#include "pvnet/bench/testbed.h"
+#include "pvnet/pair/guest_pair.h"
 #include "vhost_net_harness.h"
 
 namespace pvnet::backend {
@@ -365,11 +366,13 @@ public:
         fc.rx_size = fc.tx_size = 256;
         fc.ctrl_vq = true;
         if (auto err = tb_.setup(fc)) throw std::runtime_error(*err);
-        VhostNetConfig bc = tb_.backend_config(fc.event_idx);
-        bc.ctrl->notf_coal = notf_coal;
-        bc.mode = mode;
-        auto d = Dev::create(tb_.backend_table, bc, tb_.backend_fds(), port_,
-                             tb_.backend_ctrl_fds());
+        // The guest drives a control queue either way; without NOTF_COAL in
+        // the negotiated word the device refuses its coalescing commands.
+        DeviceSetup s = tb_.device_setup();
+        if (!notf_coal) s.features &= ~virtio::feature_mask(virtio::VIRTIO_NET_F_NOTF_COAL);
+        VhostNetOptions opt;
+        opt.mode = mode;
+        auto d = Dev::create(s, opt, port_);
         if (!d) throw std::runtime_error("VhostNet::create");
         dev_ = std::move(*d);
         dev_->start();
@@ -392,12 +395,12 @@ public:
         return wait_until([&] { return dev_->stats().tx_pkts.get() == before + n; });
     }
 
-    frontend::VirtioNet& fe() { return *tb_.fe; }
+    frontend::VirtioNet& fe() { return tb_.fe(); }
     Dev& dev() { return *dev_; }
     const VhostNetStats& stats() const { return dev_->stats(); }
 
 private:
-    bench::Testbed tb_;
+    pair::GuestPair tb_;
     harness::FakePort port_;
     std::unique_ptr<Dev> dev_;
     uint64_t seq_ = 0;
@@ -409,7 +412,7 @@ TEST(CtrlEndToEnd, SetCoalesceReachesTheBackendsCoalescers) {
     ASSERT_TRUE(st.has_value()) << static_cast<int>(st.error());
     // Both commands were applied by the worker before it used them, and
     // the used entries were reaped: no wait needed to see the effect.
-    EXPECT_EQ(e.stats().coalesce_updates.get(), 2u);
+    EXPECT_EQ(e.dev().device_stats().coalesce_updates.get(), 2u);
     EXPECT_EQ(e.dev().rx_coalescer().params(), (CoalesceParams{8, 0}));
     EXPECT_EQ(e.dev().tx_coalescer().params(), (CoalesceParams{16, 50}));
     const CtrlQueue* cq = e.dev().ctrl_queue();
@@ -459,7 +462,7 @@ TEST(CtrlEndToEnd, NotfCoalNotNegotiatedGivesTheGuestErr) {
     EXPECT_EQ(e.fe().ctrl_stats().cmds.get(), 1u) << "stops at the first refusal";
     EXPECT_EQ(e.fe().ctrl_stats().cmds_failed.get(), 1u);
     EXPECT_EQ(e.dev().ctrl_queue()->stats().cmds_err.get(CtrlError::NotNegotiated), 1u);
-    EXPECT_EQ(e.stats().coalesce_updates.get(), 0u);
+    EXPECT_EQ(e.dev().device_stats().coalesce_updates.get(), 0u);
     EXPECT_EQ(e.dev().tx_coalescer().params(), (CoalesceParams{}));
 }
 
@@ -475,37 +478,43 @@ TEST(CtrlEndToEnd, SilentDeviceTimesOutThenBusyUntilItAnswers) {
     frontend::VirtioNetConfig fc;
     fc.ctrl_vq = true;
     fc.ctrl_timeout_us = 20'000;
-    bench::Testbed tb;
+    pair::GuestPair tb;
     ASSERT_FALSE(tb.setup(fc).has_value());
-    auto st = tb.fe->set_coalesce({8, 0}, {16, 50});
+    auto st = tb.fe().set_coalesce({8, 0}, {16, 50});
     ASSERT_FALSE(st.has_value());
     EXPECT_EQ(st.error(), frontend::FrontendError::CtrlTimeout);
-    st = tb.fe->set_coalesce({8, 0}, {16, 50});
+    st = tb.fe().set_coalesce({8, 0}, {16, 50});
     ASSERT_FALSE(st.has_value());
     EXPECT_EQ(st.error(), frontend::FrontendError::CtrlBusy) << "its buffer is still posted";
-    EXPECT_EQ(tb.fe->ctrl_stats().cmds_failed.get(), 2u);
+    EXPECT_EQ(tb.fe().ctrl_stats().cmds_failed.get(), 2u);
 
     // The device wakes up late and serves it: the guest can go on.
     harness::FakePort port;
-    auto d = Dev::create(tb.backend_table, tb.backend_config(fc.event_idx), tb.backend_fds(), port,
-                         tb.backend_ctrl_fds());
+    auto d = Dev::create(tb.device_setup(), VhostNetOptions{}, port);
     ASSERT_TRUE(d.has_value());
     (*d)->start();
     ASSERT_TRUE(wait_until([&] { return (*d)->ctrl_queue()->stats().cmds_ok.get() == 1; }));
-    const auto ok = tb.fe->set_coalesce({8, 0}, {16, 50});
+    const auto ok = tb.fe().set_coalesce({8, 0}, {16, 50});
     (*d)->stop();
     ASSERT_TRUE(ok.has_value()) << static_cast<int>(ok.error());
     EXPECT_EQ((*d)->ctrl_queue()->stats().cmds_ok.get(), 3u) << "the late one, then rx and tx";
 }
 
 TEST(CtrlEndToEnd, WithoutAControlQueueNothingChanges) {
-    bench::Testbed tb;
+    pair::GuestPair tb;
     ASSERT_FALSE(tb.setup(256, true).has_value());
-    EXPECT_EQ(tb.fe->ctrl_queue(), nullptr);
-    const auto st = tb.fe->set_coalesce({8, 0}, {16, 50});
+    EXPECT_EQ(tb.fe().ctrl_queue(), nullptr);
+    const auto st = tb.fe().set_coalesce({8, 0}, {16, 50});
     ASSERT_FALSE(st.has_value());
     EXPECT_EQ(st.error(), frontend::FrontendError::NoCtrlVq);
-    EXPECT_FALSE(tb.backend_config(true).ctrl.has_value());
+    // The device is told of no control queue: no CTRL_VQ, no third vring.
+    const DeviceSetup s = tb.device_setup();
+    EXPECT_EQ(s.features & virtio::feature_mask(virtio::VIRTIO_NET_F_CTRL_VQ), 0u);
+    EXPECT_EQ(s.vrings.size(), 2u);
+    harness::FakePort port;
+    auto d = Dev::create(s, VhostNetOptions{}, port);
+    ASSERT_TRUE(d.has_value());
+    EXPECT_EQ((*d)->ctrl_queue(), nullptr);
 }
 
 }  // namespace

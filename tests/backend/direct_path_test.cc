@@ -1,8 +1,9 @@
 // The direct path (seed 002): a small batch that would need a kick is sent
 // by the frontend's own thread through VhostNet::process_tx_now, with the
 // worker running; and a readable port fd with no guest rx buffers does not
-// spin the worker. A VirtioNet QueuePair (the in-process bench's Testbed)
-// against VhostNet, checked by counters and by which thread sent what.
+// spin the worker. A VirtioNet QueuePair (the in-process pairing,
+// pair::GuestPair) against VhostNet, checked by counters and by which thread
+// sent what.
 #include <gtest/gtest.h>
 #include <sys/uio.h>
 
@@ -19,8 +20,9 @@
 #include <vector>
 
 #include "pvnet/backend/vhost_net.h"
-#include "pvnet/bench/testbed.h"
 #include "pvnet/frontend/virtio_net.h"
+#include "pvnet/pair/guest_pair.h"
+#include "pvnet/port/port.h"
 #include "pvnet/util/iov.h"
 #include "vhost_net_harness.h"
 
@@ -34,7 +36,7 @@ using harness::write_packet;
 constexpr uint32_t kLen = 64;  ///< hdr + frame of every test packet
 
 /// The world behind the backend on tx. send() is serialized by the
-/// device's tx_mu_, so its records need no lock of their own; the test
+/// pair's tx_mu, so its records need no lock of their own; the test
 /// reads them once `sent` (release in send) says they are there.
 struct DirectPort {
     std::vector<uint64_t> seqs;
@@ -46,7 +48,7 @@ struct DirectPort {
 
     bool rx_pending() noexcept { return false; }
     uint32_t recv(std::span<const iovec>) noexcept { return 0; }
-    bool send(std::span<const iovec> src, uint32_t len) noexcept {
+    port::SendResult send(std::span<const iovec> src, uint32_t len) noexcept {
         if (hold.load(std::memory_order_acquire)) {
             holding.store(true, std::memory_order_release);
             (void)wait_until([this] { return !hold.load(std::memory_order_acquire); });
@@ -64,9 +66,10 @@ struct DirectPort {
         }
         threads.push_back(std::this_thread::get_id());
         sent.fetch_add(1, std::memory_order_release);
-        return seq.has_value();
+        return seq ? port::SendResult::Sent : port::SendResult::Dropped;
     }
 };
+static_assert(port::Port<DirectPort>);
 
 using Dev = VhostNet<DirectPort>;
 
@@ -79,7 +82,7 @@ struct PairOptions {
     frontend::TxMode tx_mode = frontend::TxMode::Napi;
 };
 
-/// A guest (QueuePair) and VhostNet<DirectPort> sharing one Testbed.
+/// A guest (QueuePair) and VhostNet<DirectPort> on one GuestPair.
 class DirectPair {
 public:
     explicit DirectPair(const PairOptions& o = {}) {
@@ -87,10 +90,10 @@ public:
         fc.rx_size = fc.tx_size = 256;
         fc.event_idx = o.event_idx;
         fc.tx_mode = o.tx_mode;
-        if (tb_.setup(fc)) throw std::runtime_error("Testbed::setup");
-        VhostNetConfig bc = tb_.backend_config(o.event_idx);
-        bc.tx_weight = o.tx_weight;
-        auto d = Dev::create(tb_.backend_table, bc, tb_.backend_fds(), port);
+        if (auto err = tb_.setup(fc)) throw std::runtime_error(*err);
+        VhostNetOptions opt;
+        opt.tx_weight = o.tx_weight;
+        auto d = Dev::create(tb_.device_setup(), opt, port);
         if (!d) throw std::runtime_error("VhostNet::create");
         dev_ = std::move(*d);
     }
@@ -98,10 +101,10 @@ public:
     Dev& dev() { return *dev_; }
     frontend::QueuePair& qp() { return tb_.qp(); }
     const VhostNetStats& stats() const { return dev_->stats(); }
-    const notify::EventFd& tx_kick() const { return *tb_.tx_kick; }
+    const notify::EventFd& tx_kick() const { return tb_.tx_kick(); }
 
     /// Starts the worker and waits until it has served its first tx run
-    /// (its rx run starts after tx_mu_ is released): idle, notifications on.
+    /// (its rx run starts after tx_mu is released): idle, notifications on.
     void start_idle() {
         dev_->start();
         ASSERT_TRUE(wait_until([&] { return stats().rx_runs.get() >= 1; }));
@@ -135,7 +138,7 @@ public:
     DirectPort port;
 
 private:
-    bench::Testbed tb_;
+    pair::GuestPair tb_;
     std::unique_ptr<Dev> dev_;  ///< destroyed first: the worker stops before the rest goes
 };
 
@@ -221,7 +224,7 @@ TEST(DirectPath, BusyLockReturnsFalseAndTheKickLosesNothing) {
     DirectPair t;
     t.start_idle();
     t.port.hold.store(true, std::memory_order_release);
-    t.send(0, 1);  // kicks: the worker takes tx_mu_ and waits inside send()
+    t.send(0, 1);  // kicks: the worker takes tx_mu and waits inside send()
     ASSERT_TRUE(wait_until([&] { return t.port.holding.load(std::memory_order_acquire); }));
     t.direct_on();
     t.send(1, 2);  // the worker's run has notifications off: no kick, no direct run
@@ -298,7 +301,7 @@ TEST(DirectPathStress, EveryFrameOnceInOrder) {
         qp.free_old_xmit();
         // Now and then let the worker drain and go idle, so the next batch
         // finds "kick needed": small ones then go direct, racing the
-        // worker's last moments with tx_mu_ (direct_busy).
+        // worker's last moments with tx_mu (direct_busy).
         if ((rng >> 8) % 4 == 0) {
             ASSERT_TRUE(reap_until([&] { return qp.free_bufs() == qp.total_bufs(); }));
         }
@@ -339,23 +342,25 @@ struct RxFdPort {
         if (left.fetch_sub(1, std::memory_order_relaxed) == 1) (void)fd->consume();
         return kLen;
     }
-    bool send(std::span<const iovec>, uint32_t) noexcept { return true; }
+    port::SendResult send(std::span<const iovec>, uint32_t) noexcept {
+        return port::SendResult::Sent;
+    }
 };
+static_assert(port::Port<RxFdPort> && port::HasRxFd<RxFdPort>);
 
 TEST(RxPortFd, ReadablePortWithoutGuestBuffersDoesNotSpinTheWorker) {
     constexpr uint64_t kPkts = 8;
-    bench::Testbed tb;
+    pair::GuestPair tb;
     ASSERT_FALSE(tb.setup(256, false));
     RxFdPort port(kPkts);
-    auto d = VhostNet<RxFdPort>::create(tb.backend_table, tb.backend_config(false),
-                                        tb.backend_fds(), port);
+    auto d = VhostNet<RxFdPort>::create(tb.device_setup(), VhostNetOptions{}, port);
     ASSERT_TRUE(d);
     VhostNet<RxFdPort>& dev = **d;
     dev.start();
     ASSERT_TRUE(wait_until([&] { return dev.stats().rx_ring_empty.get() >= 1; }));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     // Without the fix every epoll wait returns at once: thousands of wakeups.
-    EXPECT_LT(dev.stats().wakeups.get(), 10u);
+    EXPECT_LT(dev.device_stats().wakeups.get(), 10u);
     EXPECT_EQ(dev.stats().rx_port_unwatched.get(), 1u);
     EXPECT_EQ(port.left.load(), kPkts);
 
