@@ -10,6 +10,7 @@
 #include <new>
 
 #include "pvnet/util/iov.h"
+#include "pvnet/virtio/virtio_config.h"
 #include "pvnet/virtio/virtio_net.h"
 
 namespace pvnet::backend {
@@ -75,12 +76,28 @@ Result<CtrlCommand, CtrlError> parse_ctrl_command(std::span<const iovec> readabl
     return c;
 }
 
+NotfCoalClamps clamp_notf_coal(notify::CoalesceParams& p) noexcept {
+    // Caps, not rules: the guest asked for more than pvnet will defer; it
+    // gets the most pvnet allows (answered OK, counted by the caller).
+    NotfCoalClamps c;
+    if (p.max_frames > kNotfCoalMaxPackets) {
+        p.max_frames = kNotfCoalMaxPackets;
+        c.max_packets = true;
+    }
+    if (p.max_usecs > kNotfCoalMaxUsecs) {
+        p.max_usecs = kNotfCoalMaxUsecs;
+        c.max_usecs = true;
+    }
+    return c;
+}
+
 Result<std::unique_ptr<CtrlQueue>, ring::RingError> CtrlQueue::create(
     const mem::MemoryTable& table, const CtrlQueueConfig& cfg,
     const notify::QueueFds& fds) noexcept {
     auto q = ring::SplitDeviceQueue::create(table, cfg.ring);
     if (!q) return unexpected(q.error());
-    std::unique_ptr<CtrlQueue> c(new (std::nothrow) CtrlQueue(cfg, fds, std::move(*q)));
+    const bool notf_coal = virtio::has_feature(cfg.ring.features, virtio::VIRTIO_NET_F_NOTF_COAL);
+    std::unique_ptr<CtrlQueue> c(new (std::nothrow) CtrlQueue(notf_coal, fds, std::move(*q)));
     if (!c) return unexpected(ring::RingError::Count);
     return c;
 }
@@ -89,9 +106,15 @@ Result<CtrlCommand, CtrlError> CtrlQueue::check_chain() noexcept {
     // Rule (5.1.6.5): the ack is the device-writable part; without a byte
     // there nothing can be answered. pop() rejects zero-length descriptors.
     chain_has_ack_ = chain_.in_bytes != 0;
-    auto cmd = chain_has_ack_ ? parse_ctrl_command(chain_.readable(), cfg_.notf_coal)
+    auto cmd = chain_has_ack_ ? parse_ctrl_command(chain_.readable(), notf_coal_)
                               : Result<CtrlCommand, CtrlError>(unexpected(CtrlError::NoAck));
-    if (!cmd) stats_.cmds_err.add(cmd.error());
+    if (!cmd) {
+        stats_.cmds_err.add(cmd.error());
+        return cmd;
+    }
+    const NotfCoalClamps c = clamp_notf_coal(cmd.value().coal);
+    if (c.max_packets) stats_.coal_max_packets_clamped.add();
+    if (c.max_usecs) stats_.coal_max_usecs_clamped.add();
     return cmd;
 }
 

@@ -11,6 +11,7 @@
 #include "pvnet/ring/device_queue.h"
 #include "pvnet/ring/shm.h"
 #include "pvnet/util/assert.h"
+#include "pvnet/virtio/virtio_config.h"
 #include "pvnet/virtio/virtio_ring.h"
 
 namespace pvnet::ring {
@@ -41,6 +42,16 @@ Result<std::unique_ptr<SplitDeviceQueue>, RingError> SplitDeviceQueue::create(
         return unexpected(RingError::BadQueueSize);
     }
     q->reset();
+    // The base: avail from the caller (SET_VRING_BASE), used from the ring
+    // itself (vhost_vq_init_access reads used->idx). A new ring's used.idx
+    // is 0; a restarted one continues after its last publish. Any value is
+    // legal, so nothing to check; nothing is written back either. The shadow
+    // equals the start, so the first pop observes avail.idx and applies the
+    // AvailIdxJump rule against this base.
+    q->last_avail_idx_ = q->shadow_avail_idx_ = cfg.last_avail_idx;
+    // ORDER: acquire; pairs with the publish_idx(used.idx) of whoever drove
+    // the ring before (a stopped queue, perhaps in another process).
+    q->used_idx_ = observe_idx(q->ptrs_.used_idx);
     return q;
 }
 
@@ -48,9 +59,10 @@ SplitDeviceQueue::SplitDeviceQueue(const mem::MemoryTable& table, const DeviceQu
                                    const SplitRingPtrs& ptrs)
     : table_(table),
       ptrs_(ptrs),
-      event_idx_(cfg.event_idx),
-      indirect_(cfg.indirect),
-      notify_on_empty_(cfg.notify_on_empty),
+      // Hoisted from the feature word once; the data path tests bools.
+      event_idx_(virtio::has_feature(cfg.features, virtio::VIRTIO_RING_F_EVENT_IDX)),
+      indirect_(virtio::has_feature(cfg.features, virtio::VIRTIO_RING_F_INDIRECT_DESC)),
+      notify_on_empty_(virtio::has_feature(cfg.features, virtio::VIRTIO_F_NOTIFY_ON_EMPTY)),
       inflight_bits_(new (std::nothrow) uint64_t[(ptrs.size + 63u) / 64u]),
       inflight_in_bytes_(new (std::nothrow) uint32_t[ptrs.size]),
       popped_heads_(new (std::nothrow) uint16_t[ptrs.size]) {}
@@ -61,8 +73,7 @@ void SplitDeviceQueue::reset() noexcept {
     used_idx_ = RingIdx(0);
     staged_ = 0;
     signalled_used_ = SignalledUsed{};
-    broken_ = false;
-    broken_reason_ = RingError::Count;
+    broken_.clear();
     hot_region_ = mem::RegionMapping{};
     std::memset(inflight_bits_.get(), 0, (ptrs_.size + 63u) / 64u * sizeof(uint64_t));
     std::memset(popped_heads_.get(), 0, ptrs_.size * sizeof(uint16_t));
@@ -70,12 +81,10 @@ void SplitDeviceQueue::reset() noexcept {
 
 PopStatus SplitDeviceQueue::fail(RingError e) noexcept {
     stats_.errors.add(e);
-    if (!broken_) {
+    if (broken_.set(e)) {
         // Log once per queue; the counters are the record after that.
         std::fprintf(stderr, "pvnet ring: device queue broken: %.*s\n",
                      static_cast<int>(to_string(e).size()), to_string(e).data());
-        broken_ = true;
-        broken_reason_ = e;
     }
     return PopStatus::Broken;
 }
@@ -95,12 +104,12 @@ bool SplitDeviceQueue::observe_avail() noexcept {
 }
 
 uint16_t SplitDeviceQueue::pending() noexcept {
-    if (broken_ || !observe_avail()) return 0;
+    if (broken() || !observe_avail()) return 0;
     return distance(last_avail_idx_, shadow_avail_idx_);
 }
 
 PopStatus SplitDeviceQueue::pop(DescChain& chain) noexcept {
-    if (broken_) return PopStatus::Broken;
+    if (broken()) return PopStatus::Broken;
     // One acquire per burst: only look at avail.idx once the shadow is used up.
     if (last_avail_idx_ == shadow_avail_idx_) {
         if (!observe_avail()) return PopStatus::Broken;
@@ -228,7 +237,7 @@ void SplitDeviceQueue::unpop(uint16_t n) noexcept {
 }
 
 Status<RingError> SplitDeviceQueue::add_used(uint16_t id, uint32_t len) noexcept {
-    if (broken_) return {};
+    if (broken()) return {};
     // Our caller's bug, not the driver's: count it, leave the ring alone.
     if (id >= ptrs_.size || !inflight(id)) {
         stats_.errors.add(RingError::PushIdNotInflight);
@@ -250,8 +259,10 @@ Status<RingError> SplitDeviceQueue::add_used(uint16_t id, uint32_t len) noexcept
 }
 
 void SplitDeviceQueue::flush_used() noexcept {
-    if (staged_ == 0 || broken_) return;
+    if (staged_ == 0 || broken()) return;
     used_idx_ += staged_;
+    // EVENT_IDX: a record 2^16 behind is meaningless; forget it (see SignalledUsed).
+    signalled_used_.published(used_idx_, staged_);
     staged_ = 0;
     // ORDER: release; the used elements written above are visible before the
     // new used.idx. Pairs with the driver's observe_idx(used.idx) in get_used.
@@ -276,7 +287,7 @@ Status<RingError> SplitDeviceQueue::push_used_batch(std::span<const UsedElem> el
 }
 
 bool SplitDeviceQueue::should_signal() noexcept {
-    if (broken_) return false;
+    if (broken()) return false;
     // ORDER: full fence; used.idx (published in flush_used) must be visible
     // before we read used_event / avail.flags. Pairs with the fence in the
     // driver's enable_cb (poll / enable_cb_delayed).
@@ -297,7 +308,7 @@ bool SplitDeviceQueue::should_signal() noexcept {
 }
 
 void SplitDeviceQueue::disable_notify() noexcept {
-    if (broken_) return;
+    if (broken()) return;
     // With EVENT_IDX the driver kicks only when it crosses avail_event, which
     // stays where enable_notify left it (vhost_disable_notify does the same).
     if (!event_idx_) store_event(ptrs_.used_flags, virtio::VIRTQ_USED_F_NO_NOTIFY);
@@ -317,14 +328,14 @@ bool SplitDeviceQueue::rearm_notify(RingIdx event) noexcept {
 }
 
 bool SplitDeviceQueue::enable_notify() noexcept {
-    if (broken_ || !rearm_notify(last_avail_idx_)) return false;
+    if (broken() || !rearm_notify(last_avail_idx_)) return false;
     const bool more = last_avail_idx_ != shadow_avail_idx_;
     if (more) stats_.notify_rechecks.add();
     return more;
 }
 
 bool SplitDeviceQueue::enable_notify_for_more() noexcept {
-    if (broken_) return false;
+    if (broken()) return false;
     const RingIdx seen = shadow_avail_idx_;
     if (!rearm_notify(seen)) return false;
     const bool more = shadow_avail_idx_ != seen;

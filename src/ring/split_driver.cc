@@ -62,11 +62,9 @@ SplitDriverQueue::SplitDriverQueue(const mem::MemoryTable&, const DriverQueueCon
 
 bool SplitDriverQueue::fail(RingError e) noexcept {
     stats_.errors.add(e);
-    if (!broken_) {
+    if (broken_.set(e)) {
         std::fprintf(stderr, "pvnet ring: driver queue broken: %.*s\n",
                      static_cast<int>(to_string(e).size()), to_string(e).data());
-        broken_ = true;
-        broken_reason_ = e;
     }
     return false;
 }
@@ -83,7 +81,7 @@ void SplitDriverQueue::write_desc(std::byte* table, uint16_t i, const Buf& b, ui
 
 AddStatus SplitDriverQueue::add(std::span<const Buf> out, std::span<const Buf> in,
                                 uint64_t token) noexcept {
-    if (broken_) return AddStatus::Broken;
+    if (broken()) return AddStatus::Broken;
     const std::size_t total = out.size() + in.size();
     if (!PVNET_ASSERT(total > 0 && total <= ptrs_.size)) return AddStatus::NoSpace;
     const auto n = static_cast<uint16_t>(total);
@@ -133,12 +131,13 @@ AddStatus SplitDriverQueue::add(std::span<const Buf> out, std::span<const Buf> i
     const uint16_t slot = avail_idx_shadow_.slot(ptrs_.size);
     write_shared(ptrs_.avail_ring + 2u * slot, virtio::host_to_le(head));
     ++avail_idx_shadow_;
+    if (num_added_ != kKickAddLimit) ++num_added_;
     stats_.adds.add();
     return AddStatus::Ok;
 }
 
 void SplitDriverQueue::publish() noexcept {
-    if (broken_ || published_idx_ == avail_idx_shadow_) return;
+    if (broken() || published_idx_ == avail_idx_shadow_) return;
     published_idx_ = avail_idx_shadow_;
     // ORDER: release; descriptors and avail slots written by add() are
     // visible before the new avail.idx. Pairs with the device's observe_idx.
@@ -146,18 +145,26 @@ void SplitDriverQueue::publish() noexcept {
 }
 
 bool SplitDriverQueue::kick_prepare() noexcept {
-    if (broken_) return false;
+    if (broken()) return false;
     publish();
     const RingIdx old = kicked_idx_;
     const RingIdx now = published_idx_;
+    const uint16_t added = num_added_;
     kicked_idx_ = now;
-    if (old == now) return false;
+    num_added_ = 0;
+    // Nothing added since the last decision. Not `old == now`: 2^16 adds
+    // bring avail.idx back to where it was.
+    if (added == 0) return false;
     // ORDER: full fence; avail.idx must be visible before we read the
     // device's avail_event / used.flags, or we may skip a kick the device is
     // about to sleep for. Pairs with the fence in the device's enable_notify.
     full_fence();
     bool need;
-    if (event_idx_) {
+    if (event_idx_ && added == kKickAddLimit) {
+        // [old, now) may have wrapped past avail_event unseen: kick anyway; a
+        // spare kick costs a wakeup, a missed one a device asleep for good.
+        need = true;
+    } else if (event_idx_) {
         need = need_event(load_event(ptrs_.avail_event), now, old);
     } else {
         need = (load_event(ptrs_.used_flags) & virtio::VIRTQ_USED_F_NO_NOTIFY) == 0;
@@ -176,7 +183,7 @@ void SplitDriverQueue::free_chain(uint16_t head) noexcept {
 }
 
 bool SplitDriverQueue::get_used(UsedBuf& out) noexcept {
-    if (broken_) return false;
+    if (broken()) return false;
     if (last_used_idx_ == shadow_used_idx_) {
         // ORDER: acquire; pairs with the device's publish_idx(used.idx) after
         // it wrote the used elements we read next.
@@ -211,7 +218,7 @@ bool SplitDriverQueue::get_used(UsedBuf& out) noexcept {
 }
 
 void SplitDriverQueue::disable_cb() noexcept {
-    if (broken_) return;
+    if (broken()) return;
     cb_enabled_ = false;
     // With EVENT_IDX flags must stay 0 (2.7.10.1); used_event stops moving
     // (get_used leaves it alone), so the device interrupts at most once more,
@@ -220,7 +227,7 @@ void SplitDriverQueue::disable_cb() noexcept {
 }
 
 RingIdx SplitDriverQueue::enable_cb_prepare() noexcept {
-    if (broken_) return last_used_idx_;
+    if (broken()) return last_used_idx_;
     cb_enabled_ = true;
     if (event_idx_) {
         store_event(ptrs_.used_event, last_used_idx_.value());
@@ -231,7 +238,7 @@ RingIdx SplitDriverQueue::enable_cb_prepare() noexcept {
 }
 
 bool SplitDriverQueue::poll(RingIdx last_used) noexcept {
-    if (broken_) return false;
+    if (broken()) return false;
     // ORDER: full fence; the used_event / flags store of enable_cb_prepare is
     // visible before we re-read used.idx. Pairs with the device's fence in
     // should_signal.
@@ -244,7 +251,7 @@ bool SplitDriverQueue::poll(RingIdx last_used) noexcept {
 bool SplitDriverQueue::enable_cb() noexcept { return !poll(enable_cb_prepare()); }
 
 bool SplitDriverQueue::enable_cb_delayed() noexcept {
-    if (broken_) return true;
+    if (broken()) return true;
     cb_enabled_ = true;
     // Interrupt when 3/4 of what is outstanding has been used.
     const auto bufs = static_cast<uint16_t>(in_flight() * 3u / 4u);

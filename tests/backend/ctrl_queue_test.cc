@@ -131,6 +131,49 @@ TEST_P(ParseCtrl, SameResultSplitAnywhere) {
     expect_parse(GetParam(), bytewise);
 }
 
+// ---- clamp_notf_coal ----------------------------------------------------------------------
+
+// A guest's 32-bit limits are capped: max_packets at 2^15 (a deferred
+// decision never spans a wrapped used.idx), max_usecs at one second. The
+// parser reports what the guest sent; the clamp is a separate step.
+TEST(ClampNotfCoal, LowersLimitsAboveTheCapsAndSaysWhich) {
+    struct Case {
+        CoalesceParams in;
+        CoalesceParams out;
+        bool packets;
+        bool usecs;
+    };
+    const Case cases[] = {
+        {{0, 0}, {0, 0}, false, false},
+        {{16, 50}, {16, 50}, false, false},
+        {{kNotfCoalMaxPackets, kNotfCoalMaxUsecs}, {kNotfCoalMaxPackets, kNotfCoalMaxUsecs},
+         false, false},
+        {{kNotfCoalMaxPackets + 1, 50}, {kNotfCoalMaxPackets, 50}, true, false},
+        {{65536, 50}, {kNotfCoalMaxPackets, 50}, true, false},
+        {{~0u, 50}, {kNotfCoalMaxPackets, 50}, true, false},
+        {{16, kNotfCoalMaxUsecs + 1}, {16, kNotfCoalMaxUsecs}, false, true},
+        {{16, ~0u}, {16, kNotfCoalMaxUsecs}, false, true},
+        {{~0u, ~0u}, {kNotfCoalMaxPackets, kNotfCoalMaxUsecs}, true, true},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(testing::Message() << c.in.max_frames << "/" << c.in.max_usecs);
+        CoalesceParams p = c.in;
+        const NotfCoalClamps got = clamp_notf_coal(p);
+        EXPECT_EQ(p, c.out);
+        EXPECT_EQ(got.max_packets, c.packets);
+        EXPECT_EQ(got.max_usecs, c.usecs);
+    }
+}
+
+TEST(ClampNotfCoal, ParserStillReportsTheGuestsValues) {
+    auto b = cmd_bytes(virtio::VIRTIO_NET_CTRL_NOTF_COAL, virtio::VIRTIO_NET_CTRL_NOTF_COAL_RX_SET,
+                       {~0u, ~0u});
+    const iovec v = iov_of(b);
+    const auto r = parse_ctrl_command(std::span<const iovec>(&v, 1), true);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r.value().coal, (CoalesceParams{~0u, ~0u}));
+}
+
 // ---- CtrlQueue on chains, no worker -------------------------------------------------------
 
 /// Guest memory with the control ring at kBase and command buffers after it,
@@ -157,8 +200,9 @@ public:
         call_.emplace(std::move(*call));
         CtrlQueueConfig cfg;
         cfg.ring.addrs = dq.addrs;
-        cfg.ring.event_idx = event_idx;
-        cfg.notf_coal = notf_coal;
+        cfg.ring.features =
+            (event_idx ? virtio::feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX) : 0) |
+            (notf_coal ? virtio::feature_mask(virtio::VIRTIO_NET_F_NOTF_COAL) : 0);
         auto q = CtrlQueue::create(table_, cfg, notify::QueueFds{nullptr, &*call_});
         if (!q) throw std::runtime_error("CtrlQueue::create");
         q_ = std::move(*q);
@@ -230,6 +274,32 @@ TEST(CtrlQueue, GoodCommandIsAppliedAckedOkAndSignalled) {
     EXPECT_EQ(b.q().stats().cmds_err.total(), 0u);
     EXPECT_EQ(b.q().stats().calls.get(), 1u);
     EXPECT_EQ(b.call().consume(), 1u);
+}
+
+// What the guest asked beyond the caps is lowered before apply sees it,
+// acked OK, and counted per limit.
+TEST(CtrlQueue, ClampsCoalescingLimitsBeforeApplyingAndCountsIt) {
+    CtrlBench b;
+    using namespace virtio;  // NOLINT(google-build-using-namespace): spec constants
+    b.add_cmd(0, cmd_bytes(VIRTIO_NET_CTRL_NOTF_COAL, VIRTIO_NET_CTRL_NOTF_COAL_TX_SET,
+                           {1u << 20, 50}));
+    b.add_cmd(1, cmd_bytes(VIRTIO_NET_CTRL_NOTF_COAL, VIRTIO_NET_CTRL_NOTF_COAL_RX_SET,
+                           {~0u, ~0u}));
+    b.add_cmd(2, good_tx());
+    b.drv().publish();
+    EXPECT_FALSE(b.handle());
+    ASSERT_EQ(b.applied.size(), 3u);
+    EXPECT_EQ(b.applied[0].coal, (CoalesceParams{kNotfCoalMaxPackets, 50}));
+    EXPECT_EQ(b.applied[1].op, Op::NotfCoalRxSet);
+    EXPECT_EQ(b.applied[1].coal, (CoalesceParams{kNotfCoalMaxPackets, kNotfCoalMaxUsecs}));
+    EXPECT_EQ(b.applied[2].coal, (CoalesceParams{16, 50}));
+    ASSERT_EQ(b.reap().size(), 3u);
+    for (uint64_t k = 0; k < 3; ++k) EXPECT_EQ(*b.ack(k), std::byte{VIRTIO_NET_OK}) << k;
+    const auto& s = b.q().stats();
+    EXPECT_EQ(s.coal_max_packets_clamped.get(), 2u);
+    EXPECT_EQ(s.coal_max_usecs_clamped.get(), 1u);
+    EXPECT_EQ(s.cmds_ok.get(), 3u);
+    EXPECT_EQ(s.cmds_err.total(), 0u);
 }
 
 TEST(CtrlQueue, BadCommandsAreAckedErrAndCountedByReason) {

@@ -3,9 +3,15 @@
 // posted"; §11 "Fuzz").
 //
 // Input, read front to back (missing bytes read as zero):
-//   header   size exponent (1..256), EVENT_IDX, INDIRECT_DESC with
-//            indirect_max 0..8, indirect area placement (valid, misaligned,
-//            running off the region)
+//   header   size exponent (1..256; top bit: start near the 16-bit wrap),
+//            EVENT_IDX, INDIRECT_DESC with indirect_max 0..8, indirect area
+//            placement (valid, misaligned, running off the region),
+//            [near the wrap: k and whether to end with a kick decision]
+//   start    near the wrap, 65536 - k chains first cycle through the ring
+//            (add, publish, an honest device uses them, reap; no kick
+//            decision unless asked), so the ops run with avail.idx, used.idx
+//            and last_used_idx just short of the wrap, and with up to 65535
+//            adds since the last kick decision
 //   op list  add chains (direct or indirect, 1..size buffers), publish,
 //            kick_prepare, get_used (one or a burst), disable_cb,
 //            enable_cb_prepare + poll, enable_cb, enable_cb_delayed; and the
@@ -93,6 +99,7 @@ struct Harness {
     uint16_t avail_shadow = 0;
     uint16_t published = 0;
     uint16_t kicked = 0;
+    uint32_t added = 0;  // adds since the last kick decision (not wrapped)
     uint16_t last_used = 0;
     uint16_t shadow_used = 0;
     bool cb_enabled = true;
@@ -199,6 +206,7 @@ struct Harness {
         }
         num_free = u16_of(num_free - needed);
         ++avail_shadow;
+        ++added;
     }
 
     void publish_model() {
@@ -219,8 +227,15 @@ struct Harness {
         const bool got = q->kick_prepare();
         if (!was_broken) {
             publish_model();
+            const uint32_t n = added;
             kicked = published;
-            if (old != published) {
+            added = 0;
+            // Nothing added: no kick, even if 2^16 adds brought avail.idx
+            // back to `old`. 65535 adds or more: need_event's window may not
+            // hold them, so EVENT_IDX kicks whatever avail_event says.
+            if (n != 0 && event_idx && n >= pvnet::ring::kKickAddLimit) {
+                want = true;
+            } else if (n != 0) {
                 if (event_idx) {
                     const uint16_t ev = guest().load<uint16_t>(avail_event_gpa());
                     want = u16_of(ev - old) < u16_of(published - old);
@@ -279,6 +294,36 @@ struct Harness {
         ++last_used;
         if (event_idx && cb_enabled) check(guest().load<uint16_t>(used_event_gpa()) == last_used);
         return true;
+    }
+
+    /// The start near the wrap: `n` one-buffer chains through the ring in
+    /// bursts of up to `size`, each add and reap checked, the model moved
+    /// along; then a kick decision if `decide`.
+    void fast_forward(uint32_t n, bool decide) {
+        const Buf in{GuestAddr(kDataGpa), 64};
+        while (n > 0) {
+            const auto burst = static_cast<uint16_t>(n < size ? n : size);
+            for (uint16_t i = 0; i < burst; ++i) {
+                check(q->add({}, {&in, 1}, 0) == AddStatus::Ok);
+            }
+            q->publish();
+            for (uint16_t i = 0; i < burst; ++i) {
+                const uint16_t slot = u16_of(avail_shadow + i) & mask();
+                write_used(dev_used, guest().load<uint16_t>(kAvailGpa + 4u + 2u * slot), 0);
+                ++dev_used;
+            }
+            guest().store<uint16_t>(kUsedGpa + 2, dev_used);
+            for (uint16_t i = 0; i < burst; ++i) {
+                UsedBuf u{1, 1};
+                check(q->get_used(u) && u.token == 0 && u.len == 0);
+            }
+            avail_shadow = published = dev_last_avail = u16_of(avail_shadow + burst);
+            last_used = shadow_used = dev_used;
+            added += burst;
+            n -= burst;
+        }
+        check(q->num_free() == size && !q->broken());
+        if (decide) kick_prepare();
     }
 
     void write_used(uint16_t slot, uint32_t id, uint32_t len) {
@@ -433,8 +478,16 @@ int run_input(const uint8_t* data, std::size_t size) {
     Reader r(data, size);
     std::memset(g.at(kAGpa), 0, kImageBytes);
 
-    const auto qsize = static_cast<uint16_t>(1u << (r.u8() % 9));
+    const uint8_t size_sel = r.u8();
+    const auto qsize = static_cast<uint16_t>(1u << ((size_sel & 0x7Fu) % 9));
     const uint8_t features = r.u8();
+    const bool near_wrap = (size_sel & 0x80u) != 0;
+    uint8_t wrap_k = 0;
+    uint8_t wrap_how = 0;
+    if (near_wrap) {
+        wrap_k = r.u8();
+        wrap_how = r.u8();
+    }
     pvnet::ring::DriverQueueConfig cfg;
     cfg.addrs = {qsize, GuestAddr(kDescGpa), GuestAddr(kAvailGpa), GuestAddr(kUsedGpa)};
     cfg.event_idx = (features & 1u) != 0;
@@ -466,6 +519,10 @@ int run_input(const uint8_t* data, std::size_t size) {
     h.indirect_max = cfg.indirect_max;
     h.indirect_gpa = cfg.indirect_area.value;
     h.check_state();
+    if (near_wrap) {
+        h.fast_forward(0x10000u - wrap_k, (wrap_how & 1u) != 0);
+        h.check_state();
+    }
     for (std::size_t op = 0; op < kMaxOps && !r.empty(); ++op) h.run_op(r);
     return 0;
 }

@@ -5,15 +5,20 @@
 // Input, read front to back (missing bytes read as zero):
 //   header      size exponent (1..256), features (EVENT_IDX, INDIRECT_DESC,
 //               NOTIFY_ON_EMPTY, setup variant: valid, or bad size, alignment
-//               or placement), default descriptor style,
-//               avail.idx, used_event, avail.flags
+//               or placement; bit 6: a restarted ring), default descriptor
+//               style, [restarted: the base (last_avail_idx), near the 16-bit
+//               wrap (65536 - k) or anywhere, and used.idx, up to 255 behind
+//               it or anywhere], avail.idx (base + 0..255), used_event,
+//               avail.flags
 //   ring image  descriptor pokes over a default table, indirect tables in the
 //               data area (optionally linked from the main table), avail slots
 //   op list     pop, add_used, flush_used, push_used(_batch), unpop,
 //               should_signal, enable/disable_notify, pending, reset, a
 //               well-behaved driver refilling, whole pop/use/signal rounds,
 //               and the driver racing the device: re-poking avail.idx,
-//               descriptors, slots, event words and indirect entries between calls
+//               descriptors, slots, event words and indirect entries between
+//               calls; restarted rings also stop and start again at the base
+//               the queue reports (GET_VRING_BASE / SET_VRING_BASE)
 //
 // Guest memory: region A (ring, indirect tables, data), sixteen adjacent
 // one-page regions B0..B15 right after it (a buffer crossing them maps to many
@@ -24,7 +29,7 @@
 // scan: same status, same iovecs, same used entries, same signal decisions.
 // Independently of the model: every popped iovec lies inside a region with the
 // access its direction needs and is touched; byte counts equal iovec sums;
-// a broken queue stays broken until reset().
+// a broken queue stays broken until reset(); create writes no ring memory.
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -37,6 +42,7 @@
 
 #include "fuzz_support.h"
 #include "pvnet/ring/device_queue.h"
+#include "pvnet/virtio/virtio_config.h"
 #include "pvnet/virtio/virtio_ring.h"
 
 namespace pvnet::fuzz {
@@ -242,6 +248,24 @@ struct Model {
         ++staged;
     }
 
+    /// One publish: used.idx moves by `staged`; a signal record it reached
+    /// or passed is 2^16 stale and forgotten (vhost_add_used_n).
+    void publish_staged() {
+        used = u16_of(used + staged);
+        if (u16_of(used - signalled) < staged) signalled_valid = false;
+        staged = 0;
+    }
+
+    /// A new queue at the old one's base: last_avail kept, used.idx as the
+    /// ring holds it (the last publish; not `used` after a reset, which
+    /// zeroes the queue's count but leaves the ring alone), the rest fresh.
+    void restarted(uint16_t ring_used_idx) {
+        const uint16_t base = last_avail;
+        reset();
+        last_avail = shadow_avail = base;
+        used = ring_used_idx;
+    }
+
     /// Walks a chain by the rules of STYLE.md §6, checked in the order the
     /// device checks them (the first broken rule names the error).
     RingError walk(uint16_t head, RefChain& c) const {
@@ -293,12 +317,28 @@ struct Model {
     }
 };
 
+/// The ring's bytes (desc, avail and used parts at the largest size), to
+/// check that creating a queue writes none of them: a restarted ring keeps
+/// what the driver and the last device left there.
+struct RingImage {
+    std::array<std::byte, kUsedGpa + 6u + 8u * kMaxSize - kDescGpa> bytes;
+
+    static RingImage take() {
+        RingImage i;
+        std::memcpy(i.bytes.data(), guest().at(kDescGpa), i.bytes.size());
+        return i;
+    }
+    bool operator==(const RingImage&) const = default;
+};
+
 // ---------------------------------------------------------------------------
 // The harness: one queue, the model, and the ops.
 
 struct Harness {
     Model m;
     std::unique_ptr<SplitDeviceQueue> q;
+    pvnet::ring::DeviceQueueConfig cfg;
+    bool restarts = false;  ///< the restart op is in the op list
     std::size_t work = 0;
     uint16_t refill_cursor = 0;
 
@@ -433,8 +473,7 @@ struct Harness {
     /// The model's side of flush_used: one publish of everything staged.
     void flushed() {
         if (m.staged == 0 || m.broken) return;
-        m.used = u16_of(m.used + m.staged);
-        m.staged = 0;
+        m.publish_staged();
         check(guest().load<uint16_t>(kUsedGpa + 2) == m.used);
     }
 
@@ -500,8 +539,7 @@ struct Harness {
             check(e.id.get() == elems[i].id && e.len.get() == elems[i].len);
         }
         if (m.staged != 0 && !m.broken) {
-            m.used = u16_of(m.used + m.staged);
-            m.staged = 0;
+            m.publish_staged();
             check(guest().load<uint16_t>(kUsedGpa + 2) == m.used);
         }
     }
@@ -610,8 +648,23 @@ struct Harness {
         guest().store<uint16_t>(kAvailGpa + 2, v);
     }
 
+    /// Stops the queue (its base read as GET_VRING_BASE would) and creates a
+    /// new one there (SET_VRING_BASE): staged, unpublished entries and
+    /// chains in flight go with the old queue; a broken queue's base is
+    /// whatever it had reached. Creating writes no ring memory.
+    void restart() {
+        const pvnet::ring::RingIdx base = q->last_avail_idx();
+        check(base.value() == m.last_avail);
+        q.reset();
+        cfg.last_avail_idx = base;
+        const RingImage before = RingImage::take();
+        q = expect_setup(SplitDeviceQueue::create(guest().table(), cfg), RingError::Count);
+        check(before == RingImage::take());
+        m.restarted(guest().load<uint16_t>(kUsedGpa + 2));
+    }
+
     void run_op(Reader& r) {
-        switch (r.u8() % 19) {
+        switch (r.u8() % (restarts ? 20u : 19u)) {
             case 0: pop(); break;
             case 1:
                 for (uint32_t i = 0; i <= m.size && work < kWorkBudget; ++i) {
@@ -671,7 +724,8 @@ struct Harness {
                 m.reset();
                 break;
             case 17: refill(u16_of(1u + uint32_t{r.u8()} % m.size)); break;
-            default: cycle(r); break;
+            case 18: cycle(r); break;
+            default: restart(); break;
         }
         check_state();
     }
@@ -706,11 +760,28 @@ int run_input(const uint8_t* data, std::size_t size) {
     const auto qsize = static_cast<uint16_t>(1u << (r.u8() % 9));
     const uint8_t features = r.u8();
     const uint8_t style = r.u8();
+    using pvnet::virtio::feature_mask;
     pvnet::ring::DeviceQueueConfig cfg;
     cfg.addrs = {qsize, GuestAddr(kDescGpa), GuestAddr(kAvailGpa), GuestAddr(kUsedGpa)};
-    cfg.event_idx = (features & 1u) != 0;
-    cfg.indirect = (features & 2u) != 0;
-    cfg.notify_on_empty = (features & 4u) != 0;
+    // Bits 0-2 as the device's feature word; unrelated bits ride along and
+    // must change nothing.
+    cfg.features =
+        ((features & 1u) != 0 ? feature_mask(pvnet::virtio::VIRTIO_RING_F_EVENT_IDX) : 0) |
+        ((features & 2u) != 0 ? feature_mask(pvnet::virtio::VIRTIO_RING_F_INDIRECT_DESC) : 0) |
+        ((features & 4u) != 0 ? feature_mask(pvnet::virtio::VIRTIO_F_NOTIFY_ON_EMPTY) : 0) |
+        feature_mask(pvnet::virtio::VIRTIO_F_VERSION_1) |
+        feature_mask(pvnet::virtio::VIRTIO_NET_F_MRG_RXBUF);
+    const bool restarted = (features & 0x40u) != 0;
+    // A restarted ring: the base (vhost-user SET_VRING_BASE) and the used.idx
+    // the last device left, both most often just short of the 16-bit wrap.
+    uint16_t base = 0;
+    uint16_t used0 = 0;
+    if (restarted) {
+        const uint8_t sel = r.u8();
+        base = (sel & 1u) != 0 ? r.u16() : u16_of(0x10000u - r.u8());
+        used0 = (sel & 2u) != 0 ? r.u16() : u16_of(uint32_t{base} - r.u8());
+    }
+    cfg.last_avail_idx = pvnet::ring::RingIdx(base);
     const unsigned setup = (features >> 3) & 7u;
     RingError setup_error = RingError::Count;
     if (setup == 4) {
@@ -737,7 +808,8 @@ int run_input(const uint8_t* data, std::size_t size) {
     for (uint32_t i = 0; i < qsize; ++i) {
         g.store<uint16_t>(kAvailGpa + 4u + 2u * i, static_cast<uint16_t>(i));
     }
-    g.store<uint16_t>(kAvailGpa + 2, r.u8());
+    g.store<uint16_t>(kAvailGpa + 2, u16_of(base + r.u8()));
+    g.store<uint16_t>(kUsedGpa + 2, used0);
     g.store<uint16_t>(kAvailGpa + 4u + 2u * qsize, r.u16());  // used_event
     g.store<uint16_t>(kAvailGpa, r.u8() & 1u);                // avail.flags
     for (unsigned n = r.u8(); n > 0 && !r.empty(); --n) {
@@ -768,15 +840,21 @@ int run_input(const uint8_t* data, std::size_t size) {
         g.store<uint16_t>(kAvailGpa + 4u + 2u * slot, v);
     }
 
+    const RingImage before = RingImage::take();
     auto q = expect_setup(SplitDeviceQueue::create(g.table(), cfg), setup_error);
+    check(before == RingImage::take());
     if (q == nullptr) return 0;
 
     Harness h;
     h.q = std::move(q);
+    h.cfg = cfg;
+    h.restarts = restarted;
     h.m.size = qsize;
-    h.m.event_idx = cfg.event_idx;
-    h.m.indirect = cfg.indirect;
-    h.m.notify_on_empty = cfg.notify_on_empty;
+    h.m.event_idx = (features & 1u) != 0;
+    h.m.indirect = (features & 2u) != 0;
+    h.m.notify_on_empty = (features & 4u) != 0;
+    h.m.last_avail = h.m.shadow_avail = base;
+    h.m.used = used0;
     h.check_state();
     for (std::size_t op = 0; op < kMaxOps && !r.empty() && h.work < kWorkBudget; ++op) {
         h.run_op(r);

@@ -190,6 +190,41 @@ TEST(SignalledUsed, RandomSequencesFollowTheModelAcrossWraps) {
     EXPECT_GT(suppressed, 1000);
 }
 
+// Publishes since the last decision, one published() per burst as the
+// device makes them: the record is forgotten by the burst that reaches or
+// passes it again, 2^16 entries on (vhost_add_used_n), and not before.
+TEST(SignalledUsed, ForgetsTheRecordOnceUsedIdxMovesTwoToTheSixteenPastIt) {
+    for (const uint16_t start : {uint16_t{0}, uint16_t{1}, uint16_t{65000}, uint16_t{65535}}) {
+        for (const uint16_t burst : {uint16_t{1}, uint16_t{3}, uint16_t{256}, uint16_t{32768}}) {
+            SCOPED_TRACE(testing::Message() << "start " << start << " burst " << burst);
+            SignalledUsed s;
+            ASSERT_TRUE(s.need(0, RingIdx(start)));
+            RingIdx used(start);
+            uint32_t moved = 0;
+            while (moved + burst < 65536u) {
+                used += burst;
+                moved += burst;
+                s.published(used, burst);
+                ASSERT_TRUE(s.valid) << "moved " << moved;
+            }
+            // The burst that makes it 2^16 or more.
+            used += burst;
+            s.published(used, burst);
+            EXPECT_FALSE(s.valid);
+            EXPECT_TRUE(s.need(static_cast<uint16_t>(start - 1), used))
+                << "forgotten: the next decision signals";
+        }
+    }
+}
+
+TEST(SignalledUsed, AnInvalidRecordStaysInvalidAcrossPublishes) {
+    SignalledUsed s;
+    s.published(RingIdx(5), 5);
+    EXPECT_FALSE(s.valid);
+    s.published(RingIdx(6), 1);
+    EXPECT_FALSE(s.valid);
+}
+
 TEST(SignalledUsed, UsableInConstantExpressions) {
     constexpr bool second = [] {
         SignalledUsed s;

@@ -59,6 +59,7 @@
 #include "pvnet/ring/ring_idx.h"
 #include "pvnet/ring/shm.h"
 #include "pvnet/ring/split_ring.h"
+#include "pvnet/virtio/virtio_config.h"
 #include "pvnet/virtio/virtio_ring.h"
 
 namespace pvnet::ring::test {
@@ -86,6 +87,13 @@ struct QueueFeatures {
     bool event_idx = false;        ///< VIRTIO_RING_F_EVENT_IDX
     bool indirect = false;         ///< VIRTIO_RING_F_INDIRECT_DESC
     bool notify_on_empty = false;  ///< VIRTIO_F_NOTIFY_ON_EMPTY (device only)
+
+    /// As the device's feature word (DeviceQueueConfig::features).
+    uint64_t word() const noexcept {
+        return (event_idx ? virtio::feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX) : 0) |
+               (indirect ? virtio::feature_mask(virtio::VIRTIO_RING_F_INDIRECT_DESC) : 0) |
+               (notify_on_empty ? virtio::feature_mask(virtio::VIRTIO_F_NOTIFY_ON_EMPTY) : 0);
+    }
 };
 
 /// Whether add_chain makes the chain visible (stores avail.idx) at once.
@@ -445,20 +453,22 @@ public:
 
     // ---- queues under test ------------------------------------------------
 
-    DeviceQueueConfig device_config(QueueFeatures f = {}) const {
+    /// Device config; `last_avail_idx` is the base a restarted queue resumes at.
+    DeviceQueueConfig device_config(QueueFeatures f = {}, RingIdx last_avail_idx = {}) const {
         DeviceQueueConfig c;
         c.addrs = addrs_;
-        c.event_idx = f.event_idx;
-        c.indirect = f.indirect;
-        c.notify_on_empty = f.notify_on_empty;
+        c.features = f.word();
+        c.last_avail_idx = last_avail_idx;
         return c;
     }
-    Result<std::unique_ptr<SplitDeviceQueue>, RingError> create_device(QueueFeatures f = {}) const {
-        return SplitDeviceQueue::create(table_, device_config(f));
+    Result<std::unique_ptr<SplitDeviceQueue>, RingError> create_device(
+        QueueFeatures f = {}, RingIdx last_avail_idx = {}) const {
+        return SplitDeviceQueue::create(table_, device_config(f, last_avail_idx));
     }
     /// create_device that throws if setup fails.
-    std::unique_ptr<SplitDeviceQueue> make_device(QueueFeatures f = {}) const {
-        auto q = create_device(f);
+    std::unique_ptr<SplitDeviceQueue> make_device(QueueFeatures f = {},
+                                                  RingIdx last_avail_idx = {}) const {
+        auto q = create_device(f, last_avail_idx);
         if (!q) {
             throw std::logic_error("make_device: " + std::string(to_string(q.error())));
         }

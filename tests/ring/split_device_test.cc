@@ -5,6 +5,7 @@
 // Notification Suppression"; Linux vhost_notify / vhost_enable_notify).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -14,6 +15,7 @@
 
 #include "pvnet/mem/guest_addr.h"
 #include "pvnet/ring/device_queue.h"
+#include "pvnet/ring/split_ring.h"
 #include "pvnet/virtio/virtio_ring.h"
 #include "ring_builder.h"
 
@@ -382,6 +384,116 @@ INSTANTIATE_TEST_SUITE_P(Modes, DeviceQueue,
                                            Mode{true, true}),
                          mode_name);
 
+// ---- restart at a base (SET_VRING_BASE / GET_VRING_BASE) ---------------------------
+
+struct RestartCase {
+    uint16_t base;  ///< where driver and device meet before the first queue
+    uint16_t n;     ///< chains the first queue pops and uses before it stops
+};
+
+class DeviceQueueRestart : public ::testing::TestWithParam<RestartCase> {};
+
+// A queue stopped after n pops and pushes, and a new one created with the
+// old one's last_avail_idx: it pops the next chain (not the first one again,
+// not one further), and its used entries go on from the ring's used.idx.
+// Bases short of the wrap put the wrap before, at or after the restart.
+TEST_P(DeviceQueueRestart, ContinuesWithTheNextChainAndTheUsedIdx) {
+    const auto [base, n] = GetParam();
+    RingBuilder rb(8);
+    rb.set_next_avail(RingIdx(base));
+    rb.set_avail_idx(base);
+    rb.set_used_idx(base);
+    const Buf b = rb.alloc_buf(64);
+    auto chain = std::make_unique<DescChain>();
+
+    auto q = rb.make_device(QueueFeatures{.event_idx = true}, RingIdx(base));
+    EXPECT_EQ(q->last_avail_idx(), RingIdx(base));
+    EXPECT_EQ(q->used_idx(), RingIdx(base));
+    for (uint16_t i = 0; i < n; ++i) {
+        const uint16_t head = rb.add_chain({}, {b});
+        ASSERT_EQ(q->pop(*chain), PopStatus::Ok);
+        ASSERT_EQ(chain->head, head);
+        ASSERT_TRUE(q->push_used(head, i).has_value());
+    }
+    // Two more made available, not popped: the next queue's work.
+    const uint16_t next = rb.add_chain({}, {b});
+    rb.add_chain({}, {b});
+    const RingIdx stopped_at = q->last_avail_idx();  // GET_VRING_BASE
+    ASSERT_EQ(stopped_at, RingIdx(base) + n);
+    ASSERT_EQ(rb.used_idx(), (RingIdx(base) + n).value());
+    q.reset();
+
+    q = rb.make_device(QueueFeatures{.event_idx = true}, stopped_at);  // SET_VRING_BASE
+    EXPECT_EQ(q->last_avail_idx(), stopped_at);
+    EXPECT_EQ(q->used_idx(), stopped_at) << "used.idx taken from the ring";
+    EXPECT_EQ(q->pending(), 2);
+    ASSERT_EQ(q->pop(*chain), PopStatus::Ok);
+    EXPECT_EQ(chain->head, next);
+    ASSERT_TRUE(q->push_used(next, 9).has_value());
+    EXPECT_EQ(rb.used_idx(), (stopped_at + 1).value());
+    EXPECT_EQ(rb.used_elem(stopped_at.slot(8)), (RawUsed{next, 9}));
+    EXPECT_TRUE(q->should_signal()) << "nothing known of the last signal: signal";
+    // And on, across the wrap wherever it falls.
+    ASSERT_EQ(q->pop(*chain), PopStatus::Ok);
+    ASSERT_TRUE(q->push_used(chain->head, 0).has_value());
+    for (uint16_t i = 0; i < 20; ++i) {
+        const uint16_t head = rb.add_chain({}, {b});
+        ASSERT_EQ(q->pop(*chain), PopStatus::Ok);
+        ASSERT_EQ(chain->head, head);
+        ASSERT_TRUE(q->push_used(head, 0).has_value());
+    }
+    EXPECT_EQ(rb.used_idx(), (stopped_at + 22).value());
+    EXPECT_EQ(q->pop(*chain), PopStatus::Empty);
+    EXPECT_FALSE(q->broken());
+}
+
+INSTANTIATE_TEST_SUITE_P(Bases, DeviceQueueRestart,
+                         ::testing::Values(RestartCase{0, 3}, RestartCase{0, 8},
+                                           RestartCase{65530, 3}, RestartCase{65530, 6},
+                                           RestartCase{65533, 8}, RestartCase{65535, 0},
+                                           RestartCase{65535, 1}),
+                         [](const auto& p) {
+                             return "Base" + std::to_string(p.param.base) + "After" +
+                                    std::to_string(p.param.n);
+                         });
+
+// The AvailIdxJump rule holds on the first look at avail.idx, measured from
+// the configured base: size ahead is fine, size + 1 breaks the queue.
+TEST(DeviceQueueRestartRule, FirstObserveChecksAvailIdxAgainstTheBase) {
+    for (const uint16_t base : {uint16_t{1000}, uint16_t{65533}}) {
+        SCOPED_TRACE(base);
+        RingBuilder rb(8);
+        rb.set_avail_idx(static_cast<uint16_t>(base + 8));
+        EXPECT_EQ(rb.make_device({}, RingIdx(base))->pending(), 8);
+        rb.set_avail_idx(static_cast<uint16_t>(base + 9));
+        auto q = rb.make_device({}, RingIdx(base));
+        EXPECT_EQ(q->pending(), 0);
+        EXPECT_TRUE(q->broken());
+        EXPECT_EQ(q->broken_reason(), RingError::AvailIdxJump);
+    }
+}
+
+// Create reads used.idx (any value is legal) and writes nothing: whatever
+// the driver and the last device left in the ring stays, so a restart
+// loses no state the guest can see.
+TEST(DeviceQueueRestartRule, CreateTakesUsedIdxFromTheRingAndWritesNoRingMemory) {
+    RingBuilder rb(8);
+    std::byte* ring = rb.host(rb.base(), split_ring_bytes(8));
+    for (std::size_t i = 0; i < split_ring_bytes(8); ++i) {
+        ring[i] = static_cast<std::byte>(i * 13 + 5);
+    }
+    rb.set_used_idx(0xfffe);
+    rb.set_avail_idx(0xfff9);
+    const std::vector<std::byte> before(ring, ring + split_ring_bytes(8));
+    auto q =
+        rb.make_device(QueueFeatures{.event_idx = true, .notify_on_empty = true}, RingIdx(0xfff9));
+    EXPECT_EQ(std::vector<std::byte>(ring, ring + split_ring_bytes(8)), before);
+    EXPECT_EQ(q->used_idx(), RingIdx(0xfffe));
+    EXPECT_EQ(q->last_avail_idx(), RingIdx(0xfff9));
+    EXPECT_EQ(q->pending(), 0);
+    EXPECT_FALSE(q->broken());
+}
+
 // ---- should_signal --------------------------------------------------------------
 
 struct SignalRig {
@@ -460,6 +572,49 @@ TEST(DeviceQueueSignal, WithEventIdxSignalsExactlyWhenUsedIdxCrossesUsedEvent) {
     }
     EXPECT_GT(yes, 1000u);
     EXPECT_GT(no, 1000u);
+}
+
+/// Pops and uses `total` chains in bursts of up to 8 with no signal decision
+/// (coalescing deferring it); `at_200` runs once 200 are used.
+template <typename F>
+void push_without_decision(SignalRig& r, uint32_t total, F&& at_200) {
+    for (uint32_t pushed = 0; pushed < total;) {
+        const auto n = static_cast<uint16_t>(std::min<uint32_t>(8, total - pushed));
+        r.push_all(r.pop_n(n));
+        pushed += n;
+        if (pushed == 200) at_200();
+    }
+}
+
+// A deferred decision after used.idx moved 2^16 or more since the last one:
+// the record (signalled_used) names an index the ring has passed again, and
+// need_event's [old, new) window, at most 2^16 - 1 wide, no longer shows
+// that used_event was crossed. The device forgets the record as
+// vhost_add_used_n does, so the decision signals; otherwise a driver that
+// re-armed during the burst and went to sleep waits forever.
+TEST(DeviceQueueSignal, SignalsAfterUsedIdxMovesTwoToTheSixteenWithoutADecision) {
+    for (const uint32_t extra : {0u, 1u, 100u}) {
+        SCOPED_TRACE(extra);
+        SignalRig r(QueueFeatures{.event_idx = true});
+        r.push_all(r.pop_n(1));
+        ASSERT_TRUE(r.q->should_signal());  // the record: used.idx 1
+        // The driver reaps 200 entries, re-arms used_event there, sleeps.
+        push_without_decision(r, 65536u + extra, [&] { r.rb.set_used_event(201); });
+        EXPECT_TRUE(r.q->should_signal());
+        EXPECT_FALSE(r.q->should_signal()) << "a fresh record: nothing new since";
+    }
+}
+
+// ... but not sooner: 65535 entries keep the record, and a used_event the
+// window does not hold (reached, not passed) is still no interrupt.
+TEST(DeviceQueueSignal, KeepsTheRecordWhileUsedIdxMovesLessThanTwoToTheSixteen) {
+    SignalRig r(QueueFeatures{.event_idx = true});
+    r.push_all(r.pop_n(1));
+    ASSERT_TRUE(r.q->should_signal());
+    r.rb.set_used_event(0);  // 1 + 65535 = 0 mod 2^16: reached at the end, not passed
+    push_without_decision(r, 65535, [] {});
+    EXPECT_EQ(r.q->used_idx(), RingIdx(0));
+    EXPECT_FALSE(r.q->should_signal());
 }
 
 TEST(DeviceQueueSignal, NotifyOnEmptyForcesSignalWhenRingRunsDry) {

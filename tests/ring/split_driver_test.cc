@@ -19,6 +19,7 @@
 #include "pvnet/ring/device_queue.h"
 #include "pvnet/ring/driver_queue.h"
 #include "pvnet/ring/split_ring.h"
+#include "pvnet/virtio/virtio_config.h"
 #include "pvnet/virtio/virtio_ring.h"
 
 namespace pvnet::ring {
@@ -144,8 +145,10 @@ protected:
         if (!dev_) {
             DeviceQueueConfig cfg;
             cfg.addrs = guest_->addrs();
-            cfg.event_idx = GetParam().event_idx;
-            cfg.indirect = GetParam().indirect;
+            cfg.features =
+                (GetParam().event_idx ? virtio::feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX) : 0) |
+                (GetParam().indirect ? virtio::feature_mask(virtio::VIRTIO_RING_F_INDIRECT_DESC)
+                                     : 0);
             auto q = SplitDeviceQueue::create(guest_->table(), cfg);
             if (!q) throw std::runtime_error("SplitDeviceQueue::create failed");
             dev_ = std::move(q).value();
@@ -512,6 +515,56 @@ TEST_P(DriverQueueEventIdxTest, KickPrepareKicksExactlyWhenAvailIdxCrossesAvailE
             EXPECT_EQ(drv_->kick_prepare(), want) << "avail_event " << event << " batch " << batch;
         }
     }
+}
+
+/// Cycles `n` one-buffer chains through the ring (add, publish, the device
+/// pops and uses it, reap) without a kick decision: a caller that publishes
+/// and never kicks because the device is seen to keep up.
+void cycle_without_kick(SplitDriverQueue& drv, SplitDeviceQueue& dev, DescChain& chain,
+                        uint32_t n) {
+    const Buf out[] = {buf(0, 8)};
+    for (uint32_t i = 0; i < n; ++i) {
+        ASSERT_EQ(drv.add(out, {}, i), AddStatus::Ok) << i;
+        drv.publish();
+        ASSERT_EQ(dev.pop(chain), PopStatus::Ok) << i;
+        ASSERT_TRUE(dev.push_used(chain.head, 0).has_value()) << i;
+        UsedBuf u;
+        ASSERT_TRUE(drv.get_used(u)) << i;
+    }
+}
+
+// need_event's [old, new) window holds at most 2^16 - 1 indices, so Linux's
+// virtqueue_add_split runs a kick decision before num_added reaches 2^16.
+// pvnet's add() has no doorbell: after 2^16 or more chains published with no
+// kick decision, the next kick_prepare kicks whatever avail_event says (and,
+// without EVENT_IDX, does not take "avail.idx is back where it was" for
+// "nothing new"). Otherwise a device asleep on an avail_event crossed a lap
+// ago never wakes.
+TEST_P(DriverQueueTest, KickPrepareKicksAfterTwoToTheSixteenChainsWithoutADecision) {
+    for (const uint32_t extra : {0u, 1u, 50u}) {
+        SCOPED_TRACE(extra);
+        make(8);
+        device_wants_kick_after(100);  // crossed in the first lap
+        SplitDeviceQueue& dev = device();
+        cycle_without_kick(*drv_, dev, *chain_, 65536u + extra);
+        EXPECT_TRUE(drv_->kick_prepare());
+        EXPECT_FALSE(drv_->kick_prepare()) << "nothing new since";
+        // Counting starts again from the decision: back to need_event.
+        device_wants_kick_after(static_cast<uint16_t>(65536u + extra + 5u));
+        cycle_without_kick(*drv_, dev, *chain_, 2);
+        EXPECT_EQ(drv_->kick_prepare(), !GetParam().event_idx);
+    }
+}
+
+// Below the limit the decision stays exact: 65534 chains, avail_event at the
+// new avail.idx (reached, not passed) is no kick.
+TEST_P(DriverQueueEventIdxTest, KickPrepareStaysExactBelowTheAddLimit) {
+    make(8);
+    device_wants_kick_after(65534);
+    SplitDeviceQueue& dev = device();
+    cycle_without_kick(*drv_, dev, *chain_, 65534);
+    EXPECT_FALSE(drv_->kick_prepare());
+    EXPECT_EQ(drv_->stats().kicks_suppressed.get(), 1u);
 }
 
 // ---------------------------------------------------------------- interrupts

@@ -30,6 +30,7 @@
 #include "pvnet/ring/device_queue.h"
 #include "pvnet/ring/driver_queue.h"
 #include "pvnet/ring/split_ring.h"
+#include "pvnet/virtio/virtio_config.h"
 
 namespace pvnet::ring {
 namespace {
@@ -105,8 +106,8 @@ public:
         drv_ = std::move(d).value();
         DeviceQueueConfig vc;
         vc.addrs = addrs;
-        vc.event_idx = p.event_idx;
-        vc.indirect = p.indirect;
+        vc.features = (p.event_idx ? virtio::feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX) : 0) |
+                      (p.indirect ? virtio::feature_mask(virtio::VIRTIO_RING_F_INDIRECT_DESC) : 0);
         auto v = SplitDeviceQueue::create(table_, vc);
         if (!v) throw std::runtime_error("SplitDeviceQueue::create failed");
         dev_ = std::move(v).value();

@@ -12,6 +12,7 @@
 #include "pvnet/mem/guest_addr.h"
 #include "pvnet/ring/device_queue.h"
 #include "pvnet/ring/split_ring.h"
+#include "pvnet/virtio/virtio_config.h"
 #include "pvnet/virtio/virtio_ring.h"
 #include "ring_builder.h"
 
@@ -260,6 +261,76 @@ TEST_P(DeviceQueueValidSetup, MapsEveryRingPartWhereTheDriverWroteIt) {
 
     EXPECT_FALSE(q->enable_notify());
     EXPECT_EQ(rb.avail_event(), 1);
+}
+
+// ---- the feature word -----------------------------------------------------------
+
+// The queue reads its three bits from the negotiated feature word and no
+// others: every other bit set changes nothing, and each bit alone turns on
+// just its own behaviour.
+TEST(DeviceQueueFeatures, TakesRingBitsFromTheFeatureWordAndIgnoresTheRest) {
+    using virtio::feature_mask;
+    const uint64_t ring_bits = feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX) |
+                               feature_mask(virtio::VIRTIO_RING_F_INDIRECT_DESC) |
+                               feature_mask(virtio::VIRTIO_F_NOTIFY_ON_EMPTY);
+    struct Seen {
+        bool event_idx;        // enable_notify writes avail_event, leaves the flags
+        bool indirect;         // an indirect chain pops instead of breaking the queue
+        bool notify_on_empty;  // a dry ring signals through NO_INTERRUPT
+    };
+    auto probe = [](uint64_t features) {
+        RingBuilder rb(8);
+        DeviceQueueConfig cfg = rb.device_config();
+        cfg.features = features;
+        Seen seen{};
+        {
+            auto q = SplitDeviceQueue::create(rb.table(), cfg).value();
+            rb.set_used_flags(virtio::VIRTQ_USED_F_NO_NOTIFY);
+            rb.set_avail_event(0x5555);
+            (void)q->enable_notify();
+            seen.event_idx = rb.avail_event() == 0 && rb.used_flags() != 0;
+        }
+        {
+            auto q = SplitDeviceQueue::create(rb.table(), cfg).value();
+            rb.add_indirect_chain({}, {rb.alloc_buf(64)});
+            auto chain = std::make_unique<DescChain>();
+            seen.indirect = q->pop(*chain) == PopStatus::Ok;
+        }
+        {
+            // A fresh ring, EVENT_IDX off: NO_INTERRUPT is the only suppression.
+            RingBuilder rb2(8);
+            DeviceQueueConfig c2 = rb2.device_config();
+            c2.features = features & ~feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX);
+            auto q = SplitDeviceQueue::create(rb2.table(), c2).value();
+            rb2.set_avail_flags(virtio::VIRTQ_AVAIL_F_NO_INTERRUPT);
+            rb2.add_chain({}, {rb2.alloc_buf(64)});
+            auto chain = std::make_unique<DescChain>();
+            EXPECT_EQ(q->pop(*chain), PopStatus::Ok);
+            (void)q->push_used(chain->head, 0);
+            seen.notify_on_empty = q->should_signal();
+        }
+        return seen;
+    };
+    const uint64_t others = ~ring_bits;
+    for (const uint64_t extra : {uint64_t{0}, others}) {
+        SCOPED_TRACE(extra);
+        Seen s = probe(extra);
+        EXPECT_FALSE(s.event_idx);
+        EXPECT_FALSE(s.indirect);
+        EXPECT_FALSE(s.notify_on_empty);
+        s = probe(extra | feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX));
+        EXPECT_TRUE(s.event_idx);
+        EXPECT_FALSE(s.indirect);
+        EXPECT_FALSE(s.notify_on_empty);
+        s = probe(extra | feature_mask(virtio::VIRTIO_RING_F_INDIRECT_DESC));
+        EXPECT_FALSE(s.event_idx);
+        EXPECT_TRUE(s.indirect);
+        EXPECT_FALSE(s.notify_on_empty);
+        s = probe(extra | feature_mask(virtio::VIRTIO_F_NOTIFY_ON_EMPTY));
+        EXPECT_FALSE(s.event_idx);
+        EXPECT_FALSE(s.indirect);
+        EXPECT_TRUE(s.notify_on_empty);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, DeviceQueueValidSetup, ::testing::Values(1, 256, 32768),

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "ring_builder.h"
 #include "two_thread_harness.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -292,6 +293,69 @@ TEST_P(SplitRearm, RecheckFindsWorkPublishedWhileDisabled) {
 
 INSTANTIATE_TEST_SUITE_P(Split, SplitRearm,
                          testing::Values(Params{false, false}, Params{true, false}), param_name);
+
+// ---------------------------------------------------------------------------
+// A stats thread reads broken() / broken_reason() while the owner breaks and
+// resets its queues: one relaxed atomic per queue, so no data race (TSan
+// reports one if the state goes back to plain fields) and never "broken"
+// without its reason.
+// ---------------------------------------------------------------------------
+TEST(SplitBrokenState, ReadableFromAnotherThreadWhileTheOwnerChangesIt) {
+    test::RingBuilder dev_ring(8);
+    test::RingBuilder drv_ring(8);
+    auto dev = dev_ring.make_device();
+    auto drv = drv_ring.make_driver();
+    auto chain = std::make_unique<DescChain>();
+    const Buf b = dev_ring.alloc_buf(64);
+
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> seen_broken{0};
+    std::atomic<uint64_t> inconsistent{0};
+    std::thread stats([&] {
+        while (!stop.load(std::memory_order_acquire)) {
+            const RingError d = dev->broken_reason();
+            if (dev->broken()) seen_broken.fetch_add(1, std::memory_order_relaxed);
+            if (d != RingError::Count && d != RingError::HeadOutOfRange) {
+                inconsistent.fetch_add(1, std::memory_order_relaxed);
+            }
+            const RingError r = drv->broken_reason();
+            if (r != RingError::Count && r != RingError::UsedIdxJump) {
+                inconsistent.fetch_add(1, std::memory_order_relaxed);
+            }
+            (void)drv->broken();
+        }
+    });
+
+    constexpr int kRounds = 2000;
+    for (int i = 0; i < kRounds; ++i) {
+        const uint16_t head = dev_ring.add_chain({}, {b});
+        ASSERT_EQ(dev->pop(*chain), PopStatus::Ok);
+        ASSERT_TRUE(dev->push_used(head, 0).has_value());
+        // A head out of range breaks the queue; the driver's reset clears it.
+        dev_ring.set_avail_slot(dev_ring.next_avail().slot(8), 8);
+        dev_ring.set_avail_idx(static_cast<uint16_t>(dev_ring.next_avail().value() + 1));
+        ASSERT_EQ(dev->pop(*chain), PopStatus::Broken);
+        ASSERT_EQ(dev->broken_reason(), RingError::HeadOutOfRange);
+        dev->reset();
+        dev_ring.clear_ring();
+    }
+    // The driver side breaks once: used.idx past what was published.
+    const Buf out[] = {drv_ring.alloc_buf(16)};
+    ASSERT_EQ(drv->add(out, {}, 1), AddStatus::Ok);
+    drv->publish();
+    drv_ring.set_used_idx(5);
+    UsedBuf u;
+    EXPECT_FALSE(drv->get_used(u));
+    EXPECT_EQ(drv->broken_reason(), RingError::UsedIdxJump);
+
+    stop.store(true, std::memory_order_release);
+    stats.join();
+    EXPECT_EQ(inconsistent.load(), 0u);
+    EXPECT_FALSE(dev->broken());
+    EXPECT_TRUE(drv->broken());
+    std::printf("stats thread saw the device queue broken %" PRIu64 " times in %d rounds\n",
+                seen_broken.load(), kRounds);
+}
 
 }  // namespace
 }  // namespace pvnet::ring::two_thread

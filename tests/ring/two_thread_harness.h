@@ -30,6 +30,7 @@
 #include "pvnet/notify/event_fd.h"
 #include "pvnet/ring/device_queue.h"
 #include "pvnet/ring/driver_queue.h"
+#include "pvnet/virtio/virtio_config.h"
 
 namespace pvnet::ring::two_thread {
 
@@ -185,8 +186,9 @@ public:
 
         DeviceQueueConfig vc;
         vc.addrs = addrs;
-        vc.event_idx = params_.event_idx;
-        vc.indirect = params_.indirect;
+        vc.features =
+            (params_.event_idx ? virtio::feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX) : 0) |
+            (params_.indirect ? virtio::feature_mask(virtio::VIRTIO_RING_F_INDIRECT_DESC) : 0);
         auto v = SplitDeviceQueue::create(table_, vc);
         if (!v) return "SplitDeviceQueue::create failed";
         device_ = std::move(*v);

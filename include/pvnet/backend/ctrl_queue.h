@@ -57,14 +57,39 @@ struct CtrlCommand {
 Result<CtrlCommand, CtrlError> parse_ctrl_command(std::span<const iovec> readable,
                                                   bool notf_coal) noexcept;
 
+/// The most used entries a guest may have the device publish between two
+/// signal decisions (max_packets of VIRTIO_NET_CTRL_NOTF_COAL_*_SET, a
+/// 32-bit field). 2^15: the largest queue size (no single burst is bigger),
+/// and far inside the 2^16 window need_event can judge, so a coalesced
+/// decision is never taken over a wrapped used.idx.
+inline constexpr uint32_t kNotfCoalMaxPackets = 32768;
+/// The longest a guest may have the device hold an interrupt back (max_usecs,
+/// 32-bit, up to 71 minutes): one second.
+inline constexpr uint32_t kNotfCoalMaxUsecs = 1'000'000;
+
+/// Which of a command's coalescing limits clamp_notf_coal lowered.
+struct NotfCoalClamps {
+    bool max_packets = false;
+    bool max_usecs = false;
+};
+
+/// Lowers a parsed NOTF_COAL request to kNotfCoalMaxPackets /
+/// kNotfCoalMaxUsecs; says which it lowered. CtrlQueue applies it to every
+/// command after parse_ctrl_command (which reports the guest's values as sent).
+NotfCoalClamps clamp_notf_coal(notify::CoalesceParams& p) noexcept;
+
 struct CtrlQueueConfig {
-    ring::DeviceQueueConfig ring;  ///< addrs and event_idx of the control ring
-    bool notf_coal = false;        ///< VIRTIO_NET_F_NOTF_COAL negotiated
+    /// The control ring. ring.features is the device's negotiated feature
+    /// word: the ring takes its ring bits from it, the queue
+    /// VIRTIO_NET_F_NOTF_COAL (hoisted at create).
+    ring::DeviceQueueConfig ring;
 };
 
 struct CtrlQueueStats {
     Counter cmds_ok;                   ///< answered VIRTIO_NET_OK
     CounterArray<CtrlError> cmds_err;  ///< answered ERR (or used len 0), by reason
+    Counter coal_max_packets_clamped;  ///< max_packets above kNotfCoalMaxPackets, lowered
+    Counter coal_max_usecs_clamped;    ///< max_usecs above kNotfCoalMaxUsecs, lowered
     Counter runs;                      ///< handle() invocations
     Counter calls;                     ///< interrupts sent
     Counter calls_suppressed;          ///< the driver's EVENT_IDX/flags said no
@@ -81,10 +106,10 @@ public:
         const mem::MemoryTable& table, const CtrlQueueConfig& cfg,
         const notify::QueueFds& fds) noexcept;
 
-    /// Serves up to kCtrlWeight commands: each valid one is passed to
-    /// `apply(const CtrlCommand&)` and acked OK, the others ERR. Returns
-    /// true if commands are left (run again), false when the ring is empty
-    /// (notifications re-armed) or broken.
+    /// Serves up to kCtrlWeight commands: each valid one has its limits
+    /// clamped (clamp_notf_coal), is passed to `apply(const CtrlCommand&)`
+    /// and acked OK; the others ERR. Returns true if commands are left (run
+    /// again), false when the ring is empty (notifications re-armed) or broken.
     template <typename Apply>
     bool handle(Apply&& apply) noexcept;
 
@@ -95,9 +120,9 @@ public:
     const CtrlQueueStats& stats() const noexcept { return stats_; }
 
 private:
-    CtrlQueue(const CtrlQueueConfig& cfg, const notify::QueueFds& fds,
+    CtrlQueue(bool notf_coal, const notify::QueueFds& fds,
               std::unique_ptr<ring::SplitDeviceQueue> q) noexcept
-        : cfg_(cfg), fds_(fds), q_(std::move(q)) {}
+        : notf_coal_(notf_coal), fds_(fds), q_(std::move(q)) {}
     /// The popped chain's command, or the error it is answered with (counted).
     Result<CtrlCommand, CtrlError> check_chain() noexcept;
     /// Writes the ack (if the chain has room for it) and stages the used entry.
@@ -106,7 +131,7 @@ private:
     /// if the run should go on (more available).
     bool finish(uint32_t n, ring::PopStatus st) noexcept;
 
-    CtrlQueueConfig cfg_;
+    bool notf_coal_;  ///< VIRTIO_NET_F_NOTF_COAL negotiated
     notify::QueueFds fds_;
     std::unique_ptr<ring::SplitDeviceQueue> q_;
     ring::DescChain chain_;

@@ -53,9 +53,17 @@ enum class PopStatus : uint8_t { Ok, Empty, Broken };
 
 struct DeviceQueueConfig {
     SplitRingAddrs addrs;
-    bool event_idx = false;        ///< VIRTIO_RING_F_EVENT_IDX
-    bool indirect = false;         ///< VIRTIO_RING_F_INDIRECT_DESC
-    bool notify_on_empty = false;  ///< VIRTIO_F_NOTIFY_ON_EMPTY
+    /// The negotiated feature word (VIRTIO 1.2 2.2 "Feature Bits"), as the
+    /// driver accepted it. The queue takes VIRTIO_RING_F_EVENT_IDX,
+    /// VIRTIO_RING_F_INDIRECT_DESC and VIRTIO_F_NOTIFY_ON_EMPTY from it at
+    /// create and ignores the other bits.
+    uint64_t features = 0;
+    /// Where the device resumes reading the avail ring: 0 for a new ring, or
+    /// the base a stopped queue reported (vhost-user SET_VRING_BASE /
+    /// GET_VRING_BASE). used.idx is not configured: create reads it from the
+    /// ring (vhost_vq_init_access), so a restart continues where the last
+    /// publish left it.
+    RingIdx last_avail_idx;
 };
 
 struct DeviceQueueStats {
@@ -70,7 +78,11 @@ struct DeviceQueueStats {
 
 class SplitDeviceQueue {
 public:
-    /// Maps and validates the ring. The table must outlive the queue.
+    /// Maps and validates the ring; the table must outlive the queue. Starts
+    /// at cfg.last_avail_idx and at the ring's used.idx (any 16-bit value is
+    /// legal there); writes nothing to ring memory. The first observation of
+    /// avail.idx is checked against the start like any other
+    /// (distance(last_avail_idx, avail.idx) <= size).
     static Result<std::unique_ptr<SplitDeviceQueue>, RingError> create(
         const mem::MemoryTable& table, const DeviceQueueConfig& cfg) noexcept;
 
@@ -113,13 +125,20 @@ public:
     /// Available chains not yet popped, as last observed (0 when broken).
     uint16_t pending() noexcept;
 
-    bool broken() const noexcept { return broken_; }
-    /// First error that broke the queue (meaningful when broken()).
-    RingError broken_reason() const noexcept { return broken_reason_; }
-    /// Forgets all state (the driver reset the device); ring memory untouched.
+    /// Safe to call from any thread (a relaxed load).
+    bool broken() const noexcept { return broken_.broken(); }
+    /// First error that broke the queue; RingError::Count while not broken.
+    /// Safe to call from any thread.
+    RingError broken_reason() const noexcept { return broken_.reason(); }
+    /// Forgets all state as vhost_vq_reset does (the driver reset the device):
+    /// indices back to 0, not to the configured base; ring memory untouched.
     void reset() noexcept;
 
     uint16_t size() const noexcept { return ptrs_.size; }
+    /// The ring's base (GET_VRING_BASE): a new queue created with it as
+    /// cfg.last_avail_idx pops the next chain. It counts every chain popped,
+    /// used or not: before stopping, push (and flush) or unpop what is in
+    /// flight, or the new queue never sees those chains.
     RingIdx last_avail_idx() const noexcept { return last_avail_idx_; }
     RingIdx used_idx() const noexcept { return used_idx_; }
     const DeviceQueueStats& stats() const noexcept { return stats_; }
@@ -158,8 +177,7 @@ private:
     RingIdx used_idx_;          ///< published used.idx
     uint16_t staged_ = 0;       ///< used entries written, not yet published
     SignalledUsed signalled_used_;
-    bool broken_ = false;
-    RingError broken_reason_ = RingError::Count;
+    BrokenState broken_;  ///< read by other threads (stats)
 
     std::unique_ptr<uint64_t[]> inflight_bits_;      ///< popped, not pushed
     std::unique_ptr<uint32_t[]> inflight_in_bytes_;  ///< writable bytes per head

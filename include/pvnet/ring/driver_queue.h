@@ -57,6 +57,10 @@ struct DriverQueueStats {
 
 enum class AddStatus : uint8_t { Ok, NoSpace, Broken };
 
+/// Adds without a kick decision after which kick_prepare no longer trusts
+/// need_event (Linux virtqueue_add_split: `num_added == (1 << 16) - 1`).
+inline constexpr uint16_t kKickAddLimit = 0xFFFF;
+
 class SplitDriverQueue {
 public:
     /// Maps the ring (and the indirect area, if any). `table` is the
@@ -71,7 +75,10 @@ public:
     /// Publishes added chains with one release-store of avail.idx.
     void publish() noexcept;
     /// publish(), then decide whether the device wants a kick (EVENT_IDX's
-    /// avail_event, else the NO_NOTIFY flag).
+    /// avail_event, else the NO_NOTIFY flag) for what was added since the
+    /// last decision. After kKickAddLimit adds or more with no decision,
+    /// EVENT_IDX kicks whatever avail_event says (need_event's window cannot
+    /// span 2^16; Linux's virtqueue_add_split decides at 65535 adds).
     bool kick_prepare() noexcept;
 
     /// Reaps one used entry, validated (id in range and in flight, len no
@@ -94,8 +101,11 @@ public:
     uint16_t size() const noexcept { return ptrs_.size; }
     /// Chains made available and not yet reaped.
     uint16_t in_flight() const noexcept { return distance(last_used_idx_, avail_idx_shadow_); }
-    bool broken() const noexcept { return broken_; }
-    RingError broken_reason() const noexcept { return broken_reason_; }
+    /// Safe to call from any thread (a relaxed load).
+    bool broken() const noexcept { return broken_.broken(); }
+    /// First error that broke the queue; RingError::Count while not broken.
+    /// Safe to call from any thread.
+    RingError broken_reason() const noexcept { return broken_.reason(); }
     RingIdx last_used_idx() const noexcept { return last_used_idx_; }
     const DriverQueueStats& stats() const noexcept { return stats_; }
 
@@ -119,11 +129,11 @@ private:
     RingIdx avail_idx_shadow_;  ///< avail.idx including unpublished adds
     RingIdx published_idx_;     ///< avail.idx as last published
     RingIdx kicked_idx_;        ///< avail.idx at the last kick decision
+    uint16_t num_added_ = 0;    ///< adds since then, saturating at kKickAddLimit
     RingIdx last_used_idx_;
     RingIdx shadow_used_idx_;   ///< used.idx as last observed
     bool cb_enabled_ = true;
-    bool broken_ = false;
-    RingError broken_reason_ = RingError::Count;
+    BrokenState broken_;  ///< read by other threads (stats)
 
     // Private per-descriptor state (Linux desc_extra / desc_state).
     std::unique_ptr<uint16_t[]> next_;        ///< chain / free-list links

@@ -21,6 +21,18 @@ struct SignalledUsed {
     RingIdx idx;
     bool valid = false;
 
+    /// `count` used entries were just published, taking used.idx to
+    /// `new_used`. If they reached or passed `idx`, used.idx has moved 2^16
+    /// or more since the last decision (coalescing may defer decisions that
+    /// long), and need_event's [old, new) window, at most 2^16 - 1 wide,
+    /// can no longer show whether used_event was crossed: forget the record,
+    /// so the next decision signals (vhost_add_used_n's
+    /// `(u16)(last_used_idx - signalled_used) < count`). Call once per
+    /// publish; `count` is at most the queue size, below 2^16.
+    constexpr void published(RingIdx new_used, uint16_t count) noexcept {
+        if (distance(idx, new_used) < count) valid = false;
+    }
+
     /// Decides for `new_used` against the driver's used_event and records it.
     constexpr bool need(uint16_t used_event, RingIdx new_used) noexcept {
         const RingIdx old = idx;

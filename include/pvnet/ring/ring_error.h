@@ -2,6 +2,7 @@
 // counter; the ring-rule values also mark the queue broken (NEEDS_RESET).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string_view>
 
@@ -51,5 +52,39 @@ constexpr bool breaks_queue(RingError e) noexcept {
 }
 
 using RingErrorCounters = CounterArray<RingError>;
+
+/// A queue's broken state: the first ring rule broken, or none. Written by
+/// the queue's owner thread only, read from any thread (a stats thread, the
+/// control plane). One atomic byte holds both the flag and the reason, so a
+/// reader never sees "broken" with no reason, and the owner's per-call check
+/// is one relaxed load, as Counter's reads are.
+class BrokenState {
+public:
+    bool broken() const noexcept { return reason() != RingError::Count; }
+    /// The first error that broke the queue; RingError::Count while not broken.
+    RingError reason() const noexcept {
+        // ORDER: relaxed; a status word, not a publication: nothing else is
+        // read because of it (the owner orders its own ring accesses, other
+        // threads only report it). Pairs with the relaxed store in set().
+        return reason_.load(std::memory_order_relaxed);
+    }
+    /// Records `e` (not Count) unless already broken; true if this call
+    /// broke the queue (the caller logs once).
+    bool set(RingError e) noexcept {
+        if (broken() || e == RingError::Count) return false;
+        // ORDER: relaxed; single writer (the owner thread), see reason().
+        reason_.store(e, std::memory_order_relaxed);
+        return true;
+    }
+    /// Not broken again (reset; owner thread).
+    void clear() noexcept {
+        // ORDER: relaxed; single writer, see reason().
+        reason_.store(RingError::Count, std::memory_order_relaxed);
+    }
+
+private:
+    std::atomic<RingError> reason_{RingError::Count};
+    static_assert(std::atomic<RingError>::is_always_lock_free);
+};
 
 }  // namespace pvnet::ring
