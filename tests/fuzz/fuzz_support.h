@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <span>
 #include <utility>
@@ -28,6 +29,17 @@ namespace pvnet::fuzz {
 inline void check(bool ok) {
     if (!ok) fail();
 }
+
+/// check() that first names the condition and its place on stderr, so a
+/// crash report (or a replay) says which invariant broke. FUZZ_CHECK(cond).
+[[gnu::cold, noreturn]] inline void fail_at(const char* what, const char* file, int line) {
+    std::fprintf(stderr, "fuzz check failed: %s (%s:%d)\n", what, file, line);
+    fail();
+}
+inline void check_at(bool ok, const char* what, const char* file, int line) {
+    if (!ok) fail_at(what, file, line);
+}
+#define FUZZ_CHECK(cond) ::pvnet::fuzz::check_at(static_cast<bool>(cond), #cond, __FILE__, __LINE__)
 
 /// Reads the input front to back; past the end every value is zero, so any
 /// prefix of an input is itself a valid input.
