@@ -12,14 +12,20 @@
 namespace pvnet::backend {
 
 ring::PopStatus NetDevice::get_rx_bufs(Pair& p, uint32_t need, uint16_t& nheads,
-                                       std::size_t& niov, uint64_t& room) noexcept {
+                                       std::size_t& niov, uint64_t& room,
+                                       bool& at_iov_limit) noexcept {
     ring::SplitDeviceQueue& q = *p.rx.q;
     ring::DescChain& c = *p.rx_chain;
     RxBufs& b = *p.rx_bufs;
     nheads = 0;
     niov = 0;
     room = 0;
-    while (room < need && niov < b.iov.size()) {
+    at_iov_limit = false;
+    while (room < need) {
+        if (niov == b.iov.size()) {
+            at_iov_limit = true;
+            break;
+        }
         const ring::PopStatus st = q.pop(c);
         if (st == ring::PopStatus::Broken) return st;
         if (st == ring::PopStatus::Empty) {
@@ -43,6 +49,7 @@ ring::PopStatus NetDevice::get_rx_bufs(Pair& p, uint32_t need, uint16_t& nheads,
         // this one is received into what was gathered.
         if (c.in_num > b.iov.size() - niov) {
             q.unpop(1);
+            at_iov_limit = true;
             break;
         }
         std::memcpy(b.iov.data() + niov, c.writable().data(), c.in_num * sizeof(iovec));

@@ -43,7 +43,10 @@ void NetDevice::handle_rx(uint16_t pair) noexcept {
 
 void NetDevice::do_tx(Pair& p) noexcept {
     p.pending &= ~kTxWork;
-    if (!p.tx.running()) return;
+    if (!p.tx.running()) {
+        check_broken(p);  // the direct path may have broken it
+        return;
+    }
     {
         const std::lock_guard<std::mutex> lock(p.tx_mu);
         (void)run_tx(p, false);
@@ -135,6 +138,9 @@ void NetDevice::on_event(uint32_t t, uint32_t events) noexcept {
             wake_->consume();
             break;
         case kTagTxKick:
+            // A kick for a ring the direct path broke: report it, which also
+            // takes the kick out of the wait (level-triggered, it would spin).
+            check_broken(p);
             if (p.tx.running() && p.tx.setup.kick != nullptr) {
                 p.tx.setup.kick->consume();
                 p.stats.tx_kicks.add();

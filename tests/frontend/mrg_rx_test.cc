@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "pvnet/virtio/virtio_config.h"
 #include "pvnet/frontend/virtio_net.h"
 #include "pvnet/mem/memory_region.h"
 #include "pvnet/mem/memory_table.h"
@@ -62,7 +63,7 @@ public:
         net_ = std::move(*n);
         ring::DeviceQueueConfig c;
         c.addrs = qp().rx_addrs();
-        c.event_idx = cfg_.event_idx;
+        c.features = cfg_.event_idx ? virtio::feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX) : 0;
         auto q = ring::SplitDeviceQueue::create(table_, c);
         if (!q) throw std::runtime_error("SplitDeviceQueue::create");
         dev_ = std::move(*q);

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "pvnet/virtio/virtio_config.h"
 #include "pvnet/frontend/flow.h"
 #include "pvnet/frontend/virtio_net.h"
 #include "pvnet/mem/guest_addr.h"
@@ -64,7 +65,7 @@ public:
         if (!n) throw std::runtime_error("VirtioNet::create");
         net_ = std::move(*n);
         ring::DeviceQueueConfig c;
-        c.event_idx = cfg.event_idx;
+        c.features = cfg.event_idx ? virtio::feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX) : 0;
         c.addrs = qp().rx_addrs();
         auto rx = ring::SplitDeviceQueue::create(table_, c);
         c.addrs = qp().tx_addrs();

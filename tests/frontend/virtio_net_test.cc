@@ -6,6 +6,7 @@
 // device breaking the rx ring one rule at a time (STYLE.md §5, §6 "The
 // frontend checks used entries the same way"). Decided by counters and
 // bytes; every wait is bounded; nothing asserts on time.
+#include "pvnet/virtio/virtio_config.h"
 #include "pvnet/frontend/virtio_net.h"
 
 #include <gtest/gtest.h>
@@ -128,7 +129,7 @@ public:
         for (uint16_t i = 0; i < net_->queue_pairs(); ++i) {
             const QueuePair& qp = net_->queue_pair(i);
             ring::DeviceQueueConfig c;
-            c.event_idx = cfg_.event_idx;
+            c.features = cfg_.event_idx ? virtio::feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX) : 0;
             c.addrs = qp.rx_addrs();
             auto rx = SplitDeviceQueue::create(table_, c);
             c.addrs = qp.tx_addrs();

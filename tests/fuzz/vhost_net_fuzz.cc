@@ -461,7 +461,6 @@ private:
     bool aliased_ = false;  ///< a writable descriptor met ring memory
     bool broke_since_reset_ = false;
     bool over_full_ = false;         ///< the last call overran a used ring (progress)
-    bool tx_broken_direct_ = false;  ///< process_tx_now broke tx, not reported yet
     uint32_t budget_ = kBudget;
     uint32_t cursor_ = kDataStart;  ///< next chain buffer in the data area
 };
@@ -797,17 +796,12 @@ uint32_t Harness::call(unsigned which) {
         FUZZ_CHECK(ca.coal_updates == cb.coal_updates);
     }
     // The worker's handler of a vring reports its breakage (log, counter,
-    // err fd, kick unwatched, NEEDS_RESET), whoever broke it.
-    if (which == 3 && !before[kTx].broken && snap(kTx).broken) tx_broken_direct_ = true;
+    // err fd, kick unwatched, NEEDS_RESET), whoever broke it (the direct
+    // path included).
     const uint16_t own = which == 0 ? kTx : which == 1 ? kRx : which == 2 ? kCtrl : kVrings;
-    // TODO(issue 9): not yet for a tx ring the direct path broke: do_tx
-    // returns before check_broken for a ring that is not running, so only an
-    // rx run reports it (reproducer: build/h-fuzz/vhost_net-repro-direct-break-unreported).
-    const bool exempt = own == kTx && tx_broken_direct_;
-    if (own != kVrings && !exempt && snap(own).broken) {
+    if (own != kVrings && snap(own).broken) {
         FUZZ_CHECK(dev_->status() == virtio::VIRTIO_CONFIG_S_NEEDS_RESET);
     }
-    if (dev_->status() != 0) tx_broken_direct_ = false;  // reported (by an rx run)
     check_counts();
     return total;
 }
@@ -884,7 +878,6 @@ void Harness::stop(uint16_t v) {
     FUZZ_CHECK(!dev_->vring_started(v));
     q.started = false;
     q.base = b.last;
-    if (v == kTx) tx_broken_direct_ = false;
 }
 
 void Harness::start(uint16_t v, uint8_t sel) {
@@ -1229,7 +1222,6 @@ void Harness::op() {
             }
             FUZZ_CHECK(dev_->status() == 0);
             broke_since_reset_ = false;
-            tx_broken_direct_ = false;
             configure();
             break;
         }

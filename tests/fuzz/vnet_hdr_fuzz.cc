@@ -133,7 +133,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto& [a, b] = pair();
     const uint64_t drops_before = a->stats.tx_drops() + b->stats.rx_drop_no_room.get();
     const uint64_t rx_before = b->stats.rx_pkts.get();
-    const bool sent = a->send(std::span<const iovec>(iov.data(), pieces), len);
+    // b drains every frame it gets, so a's send never finds b's queue full.
+    const auto r = a->send(std::span<const iovec>(iov.data(), pieces), len);
+    check(r != pvnet::port::SendResult::Retry);
+    const bool sent = r == pvnet::port::SendResult::Sent;
     const auto expect = pvnet::net::validate_tx_hdr(hdr, frame_bytes, pvnet::net::Offloads::all());
     check(sent == (len >= PeerPort::kHdrBytes && frame_bytes <= PeerPort::kMaxFrameBytes &&
                    expect.has_value()));

@@ -132,7 +132,8 @@ ring::PopStatus VhostNet<P>::recv_mergeable(Pair& p, uint32_t& bytes, uint32_t& 
     uint16_t nheads = 0;
     std::size_t niov = 0;
     uint64_t room = 0;
-    const ring::PopStatus st = get_rx_bufs(p, need, nheads, niov, room);
+    bool at_iov_limit = false;
+    const ring::PopStatus st = get_rx_bufs(p, need, nheads, niov, room, at_iov_limit);
     if (st != ring::PopStatus::Ok) return st;
     if (niov == 0) {  // a bad chain: all returned used with 0
         used = nheads;
@@ -141,7 +142,7 @@ ring::PopStatus VhostNet<P>::recv_mergeable(Pair& p, uint32_t& bytes, uint32_t& 
     if (room < need) {
         // A known length that more buffers would hold: wait for them. (At the
         // kMaxIov limit no more would help: receive, and let it drop.)
-        if (exact && niov < ring::kMaxIov) {
+        if (exact && !at_iov_limit) {
             p.rx.q->unpop(nheads);
             given_back = nheads;
             return ring::PopStatus::Empty;

@@ -328,11 +328,11 @@ protected:
     }
     /// get_rx_bufs: pops single-buffer chains until they hold `need` bytes or
     /// kMaxIov pieces. Ok: gathered (nheads chains, niov pieces, `room`
-    /// bytes; room < need when the ring ran dry first), or a bad chain met
-    /// and all nheads returned used with 0 (niov 0); Empty: nothing
-    /// available; Broken.
+    /// bytes; room < need when the ring ran dry first or, `at_iov_limit`,
+    /// the next chain would pass kMaxIov pieces), or a bad chain met and all
+    /// nheads returned used with 0 (niov 0); Empty: nothing available; Broken.
     ring::PopStatus get_rx_bufs(Pair& p, uint32_t need, uint16_t& nheads, std::size_t& niov,
-                                uint64_t& room) noexcept;
+                                uint64_t& room, bool& at_iov_limit) noexcept;
     /// After recv wrote `len` bytes into the gathered chains: gives back the
     /// unfilled ones, writes num_buffers, stages the used entries. Returns
     /// the used entries staged.

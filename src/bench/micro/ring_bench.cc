@@ -37,6 +37,7 @@
 #include "pvnet/mem/memory_table.h"
 #include "pvnet/notify/event_fd.h"
 #include "pvnet/ring/device_queue.h"
+#include "pvnet/virtio/virtio_config.h"
 #include "pvnet/ring/driver_queue.h"
 
 namespace pvnet::ring {
@@ -83,7 +84,7 @@ struct BenchRing {
         driver = std::move(*d);
         DeviceQueueConfig vc;
         vc.addrs = addrs;
-        vc.event_idx = event_idx;
+        vc.features = event_idx ? pvnet::virtio::feature_mask(pvnet::virtio::VIRTIO_RING_F_EVENT_IDX) : 0;
         auto v = SplitDeviceQueue::create(table, vc);
         if (!v) return false;
         device = std::move(*v);
