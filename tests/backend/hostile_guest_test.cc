@@ -166,7 +166,7 @@ TEST(MergeableRx, AKnownLengthPastTheIovLimitIsDroppedNotWaitedFor) {
     // pieces, past kMaxIov. More buffers cannot help, so it must not wait.
     Options o;
     o.mergeable_rx = true;
-    o.size = 1024;
+    o.size = 4096;
     Harness h(o);
     h.port.peek = true;
     h.port.rx_left = 1;
