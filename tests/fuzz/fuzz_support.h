@@ -18,11 +18,23 @@
 
 #include "pvnet/mem/guest_addr.h"
 #include "pvnet/mem/memory_region.h"
+#include "pvnet/virtio/virtio_ring.h"
 #include "pvnet/mem/memory_table.h"
 #include "pvnet/util/result.h"
 #include "pvnet/virtio/le.h"
 
 namespace pvnet::fuzz {
+
+/// A descriptor with every field set (the spec's field order).
+inline virtio::virtq_desc make_desc(uint64_t addr, uint32_t len, uint16_t flags,
+                                    uint16_t next) noexcept {
+    virtio::virtq_desc d{};
+    d.addr.set(addr);
+    d.len.set(len);
+    d.flags.set(flags);
+    d.next.set(next);
+    return d;
+}
 
 /// Invariant violated: stop here, so libFuzzer (or the replay) reports the input.
 [[noreturn]] inline void fail() { __builtin_trap(); }

@@ -88,14 +88,6 @@ GuestMemory& guest() {
     return *g;
 }
 
-virtq_desc make_desc(uint64_t addr, uint32_t len, uint16_t flags, uint16_t next) {
-    virtq_desc d{};
-    d.addr.set(addr);
-    d.len.set(len);
-    d.flags.set(flags);
-    d.next.set(next);
-    return d;
-}
 void put_desc(uint64_t table_gpa, uint32_t i, const virtq_desc& d) {
     std::memcpy(guest().at(table_gpa + 16u * i), &d, sizeof d);
 }

@@ -309,14 +309,6 @@ uint64_t rd64(Reader& r) {
     return lo | uint64_t{hi} << 32;
 }
 
-virtq_desc make_desc(uint64_t addr, uint32_t len, uint16_t flags, uint16_t next) {
-    virtq_desc d{};
-    d.addr.set(addr);
-    d.len.set(len);
-    d.flags.set(flags);
-    d.next.set(next);
-    return d;
-}
 
 uint32_t biased_u32(Reader& r) {
     switch (r.u8() % 5) {
