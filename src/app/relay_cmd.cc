@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "app_commands.h"
 #include "pvnet/backend/vhost_net.h"
@@ -70,6 +71,7 @@ int block_stop_signals() {
 
 std::string dir_counters(const char* name, const relay::PlainDirStats& d) {
     std::string s = std::string(name) + "_frames=" + std::to_string(d.frames.get()) + " " + name +
+                    "_reads=" + std::to_string(d.reads.get()) + " " + name +
                     "_bytes=" + std::to_string(d.bytes.get()) + " " + name +
                     "_write_eagain=" + std::to_string(d.write_eagain.get()) + " " + name +
                     "_write_errors=" + std::to_string(d.write_errors()) + " " + name +
@@ -158,7 +160,7 @@ void print_ring_counters(const char* tag, const relay::RingRelay& r) {
         "%s g2h_frames=%llu g2h_bytes=%llu h2g_frames=%llu h2g_bytes=%llu gso_g2h=%llu "
         "gso_h2g=%llu max_g2h_frame=%llu kicks=%llu interrupts=%llu direct_runs=%llu "
         "direct_busy=%llu tap_a_drops=%llu tap_a_einval=%llu tap_b_drops=%llu tap_b_einval=%llu "
-        "ring_drops=%llu broken=%d\n",
+        "ring_drops=%llu broken=%d",
         tag, static_cast<unsigned long long>(c.a_to_b_pkts),
         static_cast<unsigned long long>(c.a_to_b_bytes),
         static_cast<unsigned long long>(c.b_to_a_pkts),
@@ -174,6 +176,35 @@ void print_ring_counters(const char* tag, const relay::RingRelay& r) {
         static_cast<unsigned long long>(c.tap_b_drops),
         static_cast<unsigned long long>(c.tap_b_einval),
         static_cast<unsigned long long>(c.ring_drops), c.broken ? 1 : 0);
+    // Accounting: each direction's frames in, out and dropped by reason.
+    const std::pair<const char*, uint64_t> acct[] = {
+        {"a_read", c.a_read},
+        {"a_read_drops", c.a_read_drops},
+        {"g2h_queued", c.g2h_queued},
+        {"g2h_ring_full", c.g2h_ring_full},
+        {"g2h_lost", c.g2h_lost},
+        {"g2h_bad_chain", c.g2h_bad_chain},
+        {"g2h_port_drops", c.g2h_port_drops},
+        {"g2h_in_flight", c.g2h_in_flight},
+        {"g2h_retry", c.g2h_retry},
+        {"b_written", c.b_written},
+        {"b_write_drops", c.b_write_drops},
+        {"b_write_retry", c.b_write_retry},
+        {"b_read", c.b_read},
+        {"b_read_drops", c.b_read_drops},
+        {"h2g_delivered", c.h2g_delivered},
+        {"h2g_no_room", c.h2g_no_room},
+        {"h2g_bad_chain", c.h2g_bad_chain},
+        {"h2g_in_flight", c.h2g_in_flight},
+        {"h2g_bad_len", c.h2g_bad_len},
+        {"h2g_length_errors", c.h2g_length_errors},
+        {"h2g_lost", c.h2g_lost},
+        {"a_written", c.a_written},
+        {"a_write_drops", c.a_write_drops},
+        {"a_full", c.a_full},
+    };
+    for (const auto& [k, v] : acct) std::printf(" %s=%llu", k, static_cast<unsigned long long>(v));
+    std::printf("\n");
     std::fflush(stdout);
 }
 

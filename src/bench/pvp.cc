@@ -149,6 +149,17 @@ PvpResult run_pvp(const PvpConfig& cfg) noexcept {
     res.drop_tx_full = fs.tx_drop_ring_full.get();
     res.drop_other = fs.rx_drop_bad_len.get() + bs.rx_drop_no_room.get() +
                      bs.tx_drop_bad_chain.get() + ss.sink_drop_corrupt + ss.sink_drop_bad_len;
+    res.be_rx = bs.rx_pkts.get();
+    res.be_rx_no_room = bs.rx_drop_no_room.get();
+    res.be_rx_bad_chain = bs.rx_drop_bad_chain.get();
+    res.guest_rx = fs.rx_pkts.get();
+    res.guest_rx_bad_len = fs.rx_drop_bad_len.get();
+    res.guest_rx_multi_buf = fs.rx_drop_multi_buf.get();
+    res.guest_tx = fs.tx_pkts.get();
+    res.be_tx = bs.tx_pkts.get();
+    res.be_tx_bad_chain = bs.tx_drop_bad_chain.get();
+    res.be_tx_port = bs.tx_drop_port.get();
+    res.be_tx_retry = bs.tx_retry.get();
     res.corrupt = ss.sink_drop_corrupt;
     res.reordered = ss.sink_reordered;
     res.duplicates = ss.sink_duplicates;

@@ -253,7 +253,40 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
     stop.store(true, std::memory_order_relaxed);
     tb.rx_call().signal();
     guest_thread.join();
+    // Drain (bounded): the worker consumes what the guest queued, unless the
+    // server's response queue is full (then it stays in flight, reported).
+    const auto consumed = [&] {
+        const auto& bs = dev.stats();
+        return bs.tx_pkts.get() + bs.tx_drop_bad_chain.get() + bs.tx_drop_port.get();
+    };
+    for (const uint64_t until = now_ns() + 1'000'000'000u;
+         consumed() < guest.stats().tx_pkts.get() && now_ns() < until;) {
+        sleep_s(0.001);
+    }
     dev.stop();
+    {
+        const auto& bs = dev.stats();
+        const auto& fs = guest.stats();
+        res.guest_tx = fs.tx_pkts.get();
+        res.tx_in_flight = res.guest_tx - std::min(res.guest_tx, consumed());
+        res.be_tx = bs.tx_pkts.get();
+        res.be_tx_bad_chain = bs.tx_drop_bad_chain.get();
+        res.be_tx_port = bs.tx_drop_port.get();
+        res.be_tx_retry = bs.tx_retry.get();
+        res.srv_requests = srv.requests.get();
+        res.srv_drop_bad_request = srv.drop_bad_request.get();
+        res.srv_retry = srv.retry_queue_full.get();
+        res.srv_unanswered = srv.unanswered.get();
+        res.srv_responses = srv.responses.get();
+        res.srv_drop_no_room = srv.drop_no_room.get();
+        res.srv_pending = srv.pending();
+        res.be_rx = bs.rx_pkts.get();
+        res.be_rx_no_room = bs.rx_drop_no_room.get();
+        res.be_rx_bad_chain = bs.rx_drop_bad_chain.get();
+        res.guest_rx = fs.rx_pkts.get();
+        res.guest_rx_bad_len = fs.rx_drop_bad_len.get();
+        res.guest_rx_length_errors = fs.rx_length_errors.get();
+    }
 
     res.window_s = static_cast<double>(b.t - a.t) / 1e9;
     const double pkts = static_cast<double>(b.sent - a.sent);

@@ -38,6 +38,7 @@ void PlainRelay::relay_one(int from_fd, int to_fd, PlainDirStats& st) noexcept {
         (errno == EAGAIN ? st.read_eagain : st.read_errors).add();
         return;
     }
+    st.reads.add();
     const auto len = static_cast<std::size_t>(n);
     if (len == kBufBytes) {
         st.read_truncated.add();

@@ -5,6 +5,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "pvnet/util/thread.h"
@@ -108,11 +109,50 @@ Status<std::string> RingRelay::start() {
 
 void RingRelay::stop() noexcept {
     if (!started_) return;
-    stop_.store(true, std::memory_order_relaxed);
+    // Drain the tx ring: the guest thread stops reading tap A and ends once
+    // the backend consumed all it queued (or kDrainMs passed).
+    draining_.store(true, std::memory_order_relaxed);
     tb_.rx_call().signal();  // wakes a sleeping guest thread
     if (guest_thread_.joinable()) guest_thread_.join();
     dev_->stop();
+    // The worker is stopped and the guest thread joined: this thread owns
+    // the guest now. What the backend delivered after the guest's last poll
+    // goes to tap A, so the rx ring holds nothing in flight.
+    frontend::QueuePair& qp = tb_.qp();
+    if (!qp.rx_queue().broken()) {
+        while (qp.poll_rx_packets(frontend::kNapiBudget, [this](std::span<const frontend::RxPiece> p) {
+                   return deliver_rx(p);
+               }) != 0) {
+        }
+    }
     started_ = false;
+}
+
+uint64_t RingRelay::tx_in_flight() const noexcept {
+    const auto& bs = dev_->stats();
+    const uint64_t queued = tb_.fe().queue_pair(0).stats().tx_pkts.get();
+    const uint64_t consumed = bs.tx_pkts.get() + bs.tx_drop_bad_chain.get() + bs.tx_drop_port.get();
+    return queued > consumed ? queued - consumed : 0;
+}
+
+bool RingRelay::deliver_rx(std::span<const frontend::RxPiece> pieces) noexcept {
+    if (pieces.size() > rx_iov_.size()) {
+        lost_rx_.add();  // more pieces than a ring this size can hold: not ours
+        return false;
+    }
+    uint32_t len = 0;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+        rx_iov_[i] = iovec{pieces[i].host, pieces[i].len};
+        len += pieces[i].len;
+    }
+    if (is_gso(pieces[0].host, pieces[0].len)) gso_rx_.add();
+    // Tap A full (Retry): the rx buffer goes back to the ring, so the frame
+    // cannot wait; it is a counted drop.
+    if (tap_a_->send(std::span<const iovec>(rx_iov_.data(), pieces.size()), len) ==
+        port::SendResult::Retry) {
+        tap_a_full_.add();
+    }
+    return false;
 }
 
 uint32_t RingRelay::guest_xmit() noexcept {
@@ -163,35 +203,26 @@ void RingRelay::guest_loop() noexcept {
     frontend::QueuePair& qp = tb_.qp();
     qp.try_fill_recv();
     uint32_t spin_usecs = cfg_.fe.busy_poll_usecs;
+    std::chrono::steady_clock::time_point drain_deadline{};
     while (!stop_.load(std::memory_order_relaxed)) {
+        const bool draining = draining_.load(std::memory_order_relaxed);
+        if (draining) {
+            const auto now = std::chrono::steady_clock::now();
+            if (drain_deadline == std::chrono::steady_clock::time_point{}) {
+                drain_deadline = now + std::chrono::milliseconds(kDrainMs);
+            }
+            if (tx_in_flight() == 0 || tb_.any_broken(*dev_) || now >= drain_deadline) break;
+        }
         // Rx NAPI: the device's frames into tap A (and, with at-rx, tx
         // completions reaped on the way).
         const uint32_t n = qp.busy_poll_rx_packets(
             frontend::kNapiBudget,
-            [&](std::span<const frontend::RxPiece> pieces) {
-                if (pieces.size() > rx_iov_.size()) {
-                    lost_.add();  // more pieces than a ring this size can hold: not ours
-                    return false;
-                }
-                uint32_t len = 0;
-                for (std::size_t i = 0; i < pieces.size(); ++i) {
-                    rx_iov_[i] = iovec{pieces[i].host, pieces[i].len};
-                    len += pieces[i].len;
-                }
-                if (is_gso(pieces[0].host, pieces[0].len)) gso_rx_.add();
-                // Tap A full (Retry): the rx buffer goes back to the ring,
-                // so the frame cannot wait; it is a counted drop.
-                if (tap_a_->send(std::span<const iovec>(rx_iov_.data(), pieces.size()), len) ==
-                    port::SendResult::Retry) {
-                    tap_a_full_.add();
-                }
-                return false;
-            },
+            [this](std::span<const frontend::RxPiece> pieces) { return deliver_rx(pieces); },
             spin_usecs);
         spin_usecs = cfg_.fe.busy_poll_usecs;
         if (n != 0) qp.try_fill_recv();
         qp.tx_interrupt();
-        const uint32_t queued = guest_xmit();
+        const uint32_t queued = draining ? 0 : guest_xmit();
         if (queued != 0) {
             const uint64_t direct_before = qp.stats().tx_direct.get();
             qp.tx_flush();
@@ -207,11 +238,11 @@ void RingRelay::guest_loop() noexcept {
             // the tx interrupt can restart it) and both interrupts.
             // A tap whose device is gone polls as an error forever: stop
             // watching it rather than spin (the backend does the same for tap B).
-            pollfd p[3] = {{tap_a_gone_ ? -1 : tap_a_->rx_fd(),
+            pollfd p[3] = {{tap_a_gone_ || draining ? -1 : tap_a_->rx_fd(),
                             static_cast<short>(qp.tx_stopped() ? 0 : POLLIN), 0},
                            {tb_.rx_call().fd(), POLLIN, 0},
                            {tb_.tx_call().fd(), POLLIN, 0}};
-            if (poll(p, 3, 100) > 0) {
+            if (poll(p, 3, draining ? 1 : 100) > 0) {
                 if ((p[0].revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) tap_a_gone_ = true;
                 if (p[1].revents & POLLIN) tb_.rx_call().consume();
             }
@@ -239,10 +270,36 @@ RingRelayCounters RingRelay::counters() const noexcept {
     c.gso_frames_tx = gso_tx_.get();
     c.gso_frames_rx = gso_rx_.get();
     c.max_tx_frame = max_tx_frame_.get();
-    c.ring_drops = lost_.get() + fs.tx_drop_ring_full.get() + fs.rx_drop_bad_len.get() +
+    c.ring_drops = lost_.get() + lost_rx_.get() + fs.tx_drop_ring_full.get() + fs.rx_drop_bad_len.get() +
                    bs.tx_drop_bad_chain.get() + bs.rx_drop_bad_chain.get() +
                    bs.rx_drop_no_room.get();
     c.broken = tb_.any_broken(*dev_);
+    c.a_read = tap_a_->rx_pkts.get();
+    c.a_read_drops = tap_a_->rx_drops();
+    c.g2h_queued = fs.tx_pkts.get();
+    c.g2h_ring_full = fs.tx_drop_ring_full.get();
+    c.g2h_lost = lost_.get();
+    c.g2h_bad_chain = bs.tx_drop_bad_chain.get();
+    c.g2h_port_drops = bs.tx_drop_port.get();
+    c.g2h_in_flight = tx_in_flight();
+    c.b_written = tap_b_->tx_pkts.get();
+    c.b_write_drops = tap_b_->tx_drops();
+    c.b_write_retry = tap_b_->tx_retry.get();
+    c.g2h_retry = bs.tx_retry.get();
+    c.b_read = tap_b_->rx_pkts.get();
+    c.b_read_drops = tap_b_->rx_drops();
+    c.h2g_delivered = bs.rx_pkts.get();
+    c.h2g_no_room = bs.rx_drop_no_room.get();
+    c.h2g_bad_chain = bs.rx_drop_bad_chain.get();
+    c.h2g_bad_len = fs.rx_drop_bad_len.get();
+    c.h2g_length_errors = fs.rx_length_errors.get();
+    // The guest's rx_pkts counts every first used entry, the short ones too.
+    const uint64_t reaped = fs.rx_pkts.get() - std::min(fs.rx_pkts.get(), c.h2g_bad_len);
+    c.h2g_in_flight = c.h2g_delivered > reaped ? c.h2g_delivered - reaped : 0;
+    c.h2g_lost = lost_rx_.get();
+    c.a_written = tap_a_->tx_pkts.get();
+    c.a_write_drops = tap_a_->tx_drops();
+    c.a_full = tap_a_full_.get();
     return c;
 }
 

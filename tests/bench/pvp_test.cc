@@ -66,8 +66,25 @@ void print(const char* name, const PvpConfig& c, const PvpResult& r) {
     std::fflush(stdout);
 }
 
+/// Every hop after the drain: frames in = frames out + drops by reason.
+void expect_hops_balance(const PvpResult& r) {
+    // Generator → rx ring: each frame into guest buffers, or taken and dropped.
+    EXPECT_EQ(r.generated, r.be_rx + r.be_rx_no_room);
+    // Rx ring → guest: a used entry per frame delivered, and a 0-length one
+    // per no-room drop or bad chain, which the guest drops as too short.
+    EXPECT_EQ(r.guest_rx, r.be_rx + r.be_rx_no_room + r.be_rx_bad_chain);
+    EXPECT_EQ(r.guest_rx_bad_len, r.be_rx_no_room + r.be_rx_bad_chain);
+    // Guest → tx ring: forwarded, or dropped on a full ring.
+    EXPECT_EQ(r.guest_rx - r.guest_rx_bad_len - r.guest_rx_multi_buf,
+              r.guest_tx + r.drop_tx_full);
+    // Tx ring → sink: every chain consumed (the worker stopped after the drain).
+    EXPECT_EQ(r.guest_tx, r.be_tx + r.be_tx_bad_chain + r.be_tx_port);
+    EXPECT_EQ(r.be_tx, r.delivered);
+}
+
 /// With backpressure nothing may be dropped: each frame arrives once, in order.
 void expect_lossless(const PvpResult& r, uint64_t frames) {
+    expect_hops_balance(r);
     EXPECT_TRUE(r.ok) << r.error;
     EXPECT_GE(r.generated, frames);
     EXPECT_EQ(r.delivered, r.generated);
@@ -128,6 +145,7 @@ TEST(Pvp, BackpressureWithWeightOfTwiceTheQueueSizeAndNoLimit) {
 /// ring cannot take: every frame is delivered or a counted drop, and the
 /// frames the sink never saw are exactly those drops.
 void expect_accounted(const PvpResult& r) {
+    expect_hops_balance(r);
     EXPECT_TRUE(r.ok) << r.error;
     EXPECT_GT(r.generated, 0u);
     EXPECT_GT(r.delivered, 0u);

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdio>
 #include <string>
 
@@ -36,6 +38,29 @@ StreamRrResult run(Workload w, TxVariant v, uint16_t flows) {
                 w == Workload::Stream ? "stream" : "rr", flows, to_string(v), r.ok ? 1 : 0,
                 r.error.c_str(), r.gbps, r.trans_per_s, r.tx_interrupts_per_s, r.tx_reaped_at_rx,
                 r.coalesce_timer_fires_per_s, static_cast<unsigned long long>(r.sndbuf_stalls));
+    if (r.ok) {
+        // Frames in = frames out + drops by reason, hop by hop, after the
+        // run. At most a ring's worth is left in flight (tx: the server's
+        // queue was full; rx: used, not reaped when the guest stopped).
+        const uint64_t ring = c.queue_size;
+        EXPECT_EQ(r.guest_tx, r.be_tx + r.be_tx_bad_chain + r.be_tx_port + r.tx_in_flight);
+        EXPECT_LE(r.tx_in_flight, ring);
+        EXPECT_EQ(r.be_tx, r.srv_requests);
+        EXPECT_EQ(r.be_tx_port, r.srv_drop_bad_request);
+        EXPECT_EQ(r.be_tx_retry, r.srv_retry);
+        EXPECT_EQ(r.srv_requests,
+                  r.srv_unanswered + r.srv_responses + r.srv_drop_no_room + r.srv_pending);
+        EXPECT_EQ(r.be_rx, r.srv_responses);
+        EXPECT_EQ(r.be_rx_no_room, r.srv_drop_no_room);
+        const uint64_t used = r.be_rx + r.be_rx_no_room + r.be_rx_bad_chain;
+        EXPECT_LE(r.guest_rx, used);
+        EXPECT_LE(used - std::min(used, r.guest_rx), ring);
+        EXPECT_LE(r.guest_rx_bad_len, r.be_rx_no_room + r.be_rx_bad_chain);
+        // A well-formed guest and server: no drop of any reason.
+        EXPECT_EQ(r.be_tx_bad_chain + r.be_tx_port + r.srv_drop_no_room + r.be_rx_bad_chain +
+                      r.guest_rx_bad_len + r.guest_rx_length_errors,
+                  0u);
+    }
     return r;
 }
 

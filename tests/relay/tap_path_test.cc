@@ -84,6 +84,14 @@ TEST(TapPath, BadVnetHeaderIsACountedDropAndTheNextFrameGoesThrough) {
     EXPECT_EQ((*tap)->tx_drop_errno.get(port::TapErrno::Inval), 1u);
     EXPECT_EQ((*tap)->tx_drop_errno.total(), 1u);
     EXPECT_EQ((*tap)->tx_last_errno(), EINVAL);
+    // Frames in = frames out + drops by reason: what the guest queued was
+    // consumed (taken by the tap, or dropped with a reason), and the
+    // backend's counts agree with the tap's.
+    EXPECT_EQ(qp.stats().tx_pkts.get(),
+              s.tx_pkts.get() + s.tx_drop_bad_chain.get() + s.tx_drop_port.get());
+    EXPECT_EQ(s.tx_pkts.get(), (*tap)->tx_pkts.get());
+    EXPECT_EQ(s.tx_drop_port.get(), (*tap)->tx_drops());
+    EXPECT_EQ(s.tx_retry.get(), (*tap)->tx_retry.get());
     // A bad header is the kernel's to refuse, not a ring defect.
     EXPECT_FALSE((*dev)->tx_queue().broken());
 }

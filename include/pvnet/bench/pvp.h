@@ -40,6 +40,17 @@ struct PvpResult {
     uint64_t drop_tx_full = 0; ///< guest forward found its tx ring full
     uint64_t drop_other = 0;   ///< any other counted drop
     uint64_t lost = 0, corrupt = 0, reordered = 0, duplicates = 0;
+    // Per stage, whole run (after the drain): the device's and the guest's
+    // counters, so each hop's frames in = frames out + drops can be checked.
+    uint64_t be_rx = 0;            ///< backend rx_pkts: into guest buffers
+    uint64_t be_rx_no_room = 0;    ///< backend rx_drop_no_room: taken from the port, not delivered
+    uint64_t be_rx_bad_chain = 0;  ///< backend rx_drop_bad_chain (chains; the frame stays)
+    uint64_t guest_rx = 0;         ///< guest rx_pkts: used entries reaped
+    uint64_t guest_rx_bad_len = 0; ///< ... shorter than a header (the 0-length ones)
+    uint64_t guest_rx_multi_buf = 0;  ///< ... of several buffers on the single-buffer path
+    uint64_t guest_tx = 0;         ///< guest tx_pkts: frames forwarded onto tx
+    uint64_t be_tx = 0;            ///< backend tx_pkts: taken by the sink
+    uint64_t be_tx_bad_chain = 0, be_tx_port = 0, be_tx_retry = 0;
     // Measured window.
     double window_s = 0;
     double mpps = 0;           ///< frames delivered per second / 1e6

@@ -66,6 +66,17 @@ struct StreamRrResult {
     double tx_reaped_at_rx = 0;  ///< share of tx completions reaped by rx NAPI (at-rx)
     double coalesce_timer_fires_per_s = 0;
     double busy_poll_hits_per_s = 0;  ///< backend + guest spins that found work
+    // Whole run, per hop (after the drain): frames in = out + drops by reason.
+    uint64_t guest_tx = 0;          ///< guest tx_pkts: requests queued on tx
+    uint64_t tx_in_flight = 0;      ///< ... not consumed when the worker stopped
+    uint64_t be_tx = 0;             ///< backend tx_pkts: taken by the server
+    uint64_t be_tx_bad_chain = 0, be_tx_port = 0, be_tx_retry = 0;
+    uint64_t srv_requests = 0, srv_drop_bad_request = 0, srv_retry = 0;
+    uint64_t srv_unanswered = 0;    ///< requests answered by no response (by design)
+    uint64_t srv_responses = 0, srv_drop_no_room = 0;
+    uint64_t srv_pending = 0;       ///< responses queued, never received
+    uint64_t be_rx = 0, be_rx_no_room = 0, be_rx_bad_chain = 0;
+    uint64_t guest_rx = 0, guest_rx_bad_len = 0, guest_rx_length_errors = 0;
     uint64_t sndbuf_stalls = 0;
     double sndbuf_stall_ms = 0;
 };

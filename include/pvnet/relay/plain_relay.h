@@ -23,6 +23,7 @@ struct PlainDirStats {
     /// errno values counted one by one; larger ones land in the last slot.
     static constexpr std::size_t kErrnoSlots = 134;
 
+    Counter reads;             ///< frames read (each then written or counted below)
     Counter frames, bytes;     ///< written in full
     Counter read_eagain;       ///< poll said readable, read found nothing
     Counter read_errors;       ///< any other failed read

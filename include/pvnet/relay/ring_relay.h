@@ -67,6 +67,36 @@ struct RingRelayCounters {
     uint64_t tap_a_einval = 0, tap_b_einval = 0;  ///< ... of which a bad vnet header
     uint64_t ring_drops = 0;  ///< frames dropped at the rings (no room, bad length)
     bool broken = false;      ///< a queue broke (device needs reset)
+
+    // Accounting, per direction (frames in = frames out + drops by reason).
+    // After stop() the rings are drained (bounded): both in-flight counts
+    // are then 0 unless the drain timed out.
+    // Guest to host: tap A read → tx ring → backend → tap B written.
+    uint64_t a_read = 0;            ///< frames read from tap A (its rx_pkts)
+    uint64_t a_read_drops = 0;      ///< ... read and dropped by tap A (rx_drops())
+    uint64_t g2h_queued = 0;        ///< chains the guest queued on tx (frontend tx_pkts)
+    uint64_t g2h_ring_full = 0;     ///< ... refused, no descriptor (tx_drop_ring_full)
+    uint64_t g2h_lost = 0;          ///< ... refused otherwise (queue stopped)
+    uint64_t g2h_bad_chain = 0;     ///< consumed by the backend, dropped as a bad chain
+    uint64_t g2h_port_drops = 0;    ///< ... rejected by tap B (backend tx_drop_port)
+    uint64_t g2h_in_flight = 0;     ///< queued, not yet consumed by the backend
+    uint64_t b_written = 0;         ///< tap B tx_pkts (= a_to_b_pkts)
+    uint64_t b_write_drops = 0;     ///< tap B tx_drops()
+    uint64_t b_write_retry = 0;     ///< tap B tx_retry (not drops: offered again)
+    uint64_t g2h_retry = 0;         ///< backend tx_retry
+    // Host to guest: tap B read → backend → rx ring → guest → tap A written.
+    uint64_t b_read = 0;            ///< frames read from tap B (its rx_pkts)
+    uint64_t b_read_drops = 0;      ///< ... read and dropped by tap B (rx_drops())
+    uint64_t h2g_delivered = 0;     ///< backend rx_pkts: into guest buffers
+    uint64_t h2g_no_room = 0;       ///< backend rx_drop_no_room
+    uint64_t h2g_bad_chain = 0;     ///< backend rx_drop_bad_chain (chains, not frames)
+    uint64_t h2g_in_flight = 0;     ///< delivered, not yet reaped by the guest
+    uint64_t h2g_bad_len = 0;       ///< guest: used entries shorter than a header
+    uint64_t h2g_length_errors = 0; ///< guest: bad num_buffers
+    uint64_t h2g_lost = 0;          ///< guest: more pieces than it can write at once
+    uint64_t a_written = 0;         ///< tap A tx_pkts
+    uint64_t a_write_drops = 0;     ///< tap A tx_drops()
+    uint64_t a_full = 0;            ///< tap A had no room (Retry): a counted drop
 };
 
 class RingRelay {
@@ -77,10 +107,20 @@ public:
     /// Starts the worker and the guest thread; the guest asks for the
     /// configured coalescing first.
     Status<std::string> start();
-    /// Stops and joins both threads (idempotent).
+    /// Stops and joins both threads (idempotent). First the guest stops
+    /// reading tap A and waits (at most kDrainMs) until the backend has
+    /// consumed every chain it queued; after the worker stopped, what it
+    /// left on the rx used ring is written to tap A.
     void stop() noexcept;
+    static constexpr int kDrainMs = 1000;
+    /// From any thread while the relay runs (the relay command's stats
+    /// loop): it reads only Counters and relaxed atomics (the queues'
+    /// broken(), the device's status()).
     RingRelayCounters counters() const noexcept;
 
+    /// What counters() reads. While the relay runs, the guest thread owns
+    /// guest() and tap_a(), the worker backend() and tap_b(): other threads
+    /// may read their Counter stats and broken() only, nothing plain.
     const frontend::QueuePair& guest() const noexcept { return tb_.fe().queue_pair(0); }
     const backend::VhostNet<port::TapPort>& backend() const noexcept { return *dev_; }
     const port::TapPort& tap_a() const noexcept { return *tap_a_; }
@@ -91,6 +131,10 @@ private:
     void guest_loop() noexcept;
     /// Tap A → tx ring, up to a NAPI budget; returns packets queued.
     uint32_t guest_xmit() noexcept;
+    /// One received packet into tap A (the rx NAPI sink).
+    bool deliver_rx(std::span<const frontend::RxPiece> pieces) noexcept;
+    /// Chains queued on tx the backend has not consumed.
+    uint64_t tx_in_flight() const noexcept;
 
     RingRelayConfig cfg_;
     pair::GuestPair tb_;
@@ -101,9 +145,11 @@ private:
     std::unique_ptr<frontend::Flow> flow_;
     std::thread guest_thread_;
     std::atomic<bool> stop_{false};
+    std::atomic<bool> draining_{false};  ///< stop(): no more reads from tap A
     bool started_ = false;
     Counter gso_tx_, gso_rx_;  ///< guest thread: GSO frames read from / written to tap A
     Counter lost_;             ///< frames read from tap A that the queue refused
+    Counter lost_rx_;          ///< rx packets of more pieces than rx_iov_ holds
     Counter max_tx_frame_;     ///< largest frame read from tap A
     Counter tap_a_full_;       ///< frames for tap A it had no room for (Retry)
     bool tap_a_gone_ = false;  ///< guest thread: tap A's fd reported an error
