@@ -12,6 +12,7 @@
 #   JOBS            parallel build and ctest jobs (default 2)
 #   CTEST_TIMEOUT   per-test timeout in seconds (default 600)
 #   ASAN_CTEST_ARGS extra ctest args for the ASan run (default -LE slow)
+#   TSAN_OPTIONS_EXTRA more TSAN_OPTIONS for `make test-tsan` (e.g. history_size=4)
 #   RUN_CMD         what `make run` executes after the release build
 
 SHELL := /bin/bash
@@ -41,7 +42,8 @@ DEB_PACKAGES := build-essential cmake ninja-build g++ clang-14 libclang-rt-14-de
 BENCH_PACKAGES := dpdk dpdk-dev gnuplot-nox sockperf iperf3 iputils-ping
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-CTEST := ctest --output-on-failure --timeout $(CTEST_TIMEOUT) -j $(JOBS)
+# --no-tests=error: a run that selects nothing (a renamed label, an empty build) fails.
+CTEST := ctest --output-on-failure --no-tests=error --timeout $(CTEST_TIMEOUT) -j $(JOBS)
 
 .PHONY: all deps bench-deps bench bench-relay build release asan tsan fuzz test test-release test-asan test-tsan test-fuzz run clean
 
@@ -73,11 +75,13 @@ asan: deps
 	CXX=g++ cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPVNET_SANITIZE=ON
 	cmake --build $(ASAN_DIR) -j$(JOBS)
 
-# ThreadSanitizer for the tests where threads meet (the two-thread ring test,
-# the direct path's stress: the guest's thread and the worker share tx_mu_).
+# ThreadSanitizer for every test that starts threads: the test binaries labelled
+# `threads` (pvnet_add_test(... LABELS threads), tests/*/CMakeLists.txt) are the
+# dependencies of pvnet_threads_tests (cmake/pvnet_test.cmake); a new threaded test
+# joins by its label, nothing to list here.
 tsan: deps
 	CXX=g++ cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPVNET_TSAN=ON
-	cmake --build $(TSAN_DIR) -j$(JOBS) --target split_two_thread_test direct_path_test
+	cmake --build $(TSAN_DIR) -j$(JOBS) --target pvnet_threads_tests
 
 fuzz: deps
 	CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_DIR) -G Ninja \
@@ -97,8 +101,24 @@ test-release:
 test-asan:
 	cd $(ASAN_DIR) && $(CTEST) $(ASAN_CTEST_ARGS)
 
+# Every test labelled `threads`. Reports go to files (log_path), not stderr, so a race
+# in a child process is caught too: the relay tests run the TSan-built `pvnet relay`
+# with its output in a pipe. halt_on_error: the racing process exits (66) at its first
+# report, failing its test; any report file fails the target, after printing it.
+TSAN_REPORTS := $(abspath $(TSAN_DIR))/tsan-reports
+TSAN_OPTIONS_EXTRA ?=
 test-tsan: tsan
-	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -R 'SplitTwoThread|SplitLostWakeup|SplitRearm|DirectPathStress'
+	@rm -rf $(TSAN_REPORTS) && mkdir -p $(TSAN_REPORTS)
+	@cd $(TSAN_DIR) && \
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 log_path=$(TSAN_REPORTS)/report $(TSAN_OPTIONS_EXTRA)" \
+	    $(CTEST) -L '^threads$$'; rc=$$?; \
+	reports=$$(find $(TSAN_REPORTS) -type f | sort); \
+	for r in $$reports; do echo "=== $$r"; cat "$$r"; done; \
+	if [ -n "$$reports" ]; then \
+	    echo "test-tsan: $$(echo "$$reports" | wc -l) ThreadSanitizer report file(s) in $(TSAN_REPORTS)"; \
+	    exit 1; \
+	fi; \
+	exit $$rc
 
 # Every executable named fuzz_* in the fuzz build is fuzzed; nothing to list here.
 # libFuzzer writes new inputs into the first corpus dir, so it gets a scratch copy
@@ -106,7 +126,7 @@ test-tsan: tsan
 test-fuzz:
 	@set -u; \
 	targets=$$(find $(FUZZ_DIR)/tests/fuzz -maxdepth 1 -type f -name 'fuzz_*' -perm -u+x 2>/dev/null | sort); \
-	if [ -z "$$targets" ]; then echo "test-fuzz: no fuzz_* targets in $(FUZZ_DIR)/tests/fuzz"; exit 0; fi; \
+	if [ -z "$$targets" ]; then echo "test-fuzz: no fuzz_* targets in $(FUZZ_DIR)/tests/fuzz"; exit 1; fi; \
 	n=0; \
 	for bin in $$targets; do \
 	    name=$$(basename "$$bin"); name=$${name#fuzz_}; \

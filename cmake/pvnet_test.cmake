@@ -4,8 +4,15 @@
 # gtest_discover_tests registers every TEST/TEST_P case as its own ctest test, so ctest
 # counts cases, not binaries. LABELS (e.g. `slow`, `netns`) let make and ctest select
 # tests: the ASan run in `make test` excludes `slow`.
+#
+# Label `threads`: the binary starts threads (its own, a backend worker, a relay, netns
+# helpers) or runs a process that does. Such binaries are also dependencies of the
+# target pvnet_threads_tests, which `make tsan` builds in the TSan tree;
+# `make test-tsan` runs `ctest -L '^threads$'` there.
 include_guard(GLOBAL)
 include(GoogleTest)
+
+add_custom_target(pvnet_threads_tests)
 
 function(pvnet_add_test)
   cmake_parse_arguments(PARSE_ARGV 0 ARG "" "NAME" "SOURCES;LIBS;LABELS")
@@ -23,6 +30,9 @@ function(pvnet_add_test)
   target_include_directories(${ARG_NAME} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 
   gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60 TEST_LIST ${ARG_NAME}_TESTS)
+  if("threads" IN_LIST ARG_LABELS)
+    add_dependencies(pvnet_threads_tests ${ARG_NAME})
+  endif()
 
   # gtest_discover_tests(... PROPERTIES LABELS a;b) splits the list (CMake 3.25), so labels
   # are set by a script ctest includes after the discovered tests (same TEST_INCLUDE_FILES

@@ -17,11 +17,20 @@
 namespace pvnet::bench {
 namespace {
 
+/// Send times by sequence number: stored by the guest thread, loaded by the
+/// worker. Relaxed atomics, not plain words: the guest's release of
+/// avail.idx and the worker's acquire are on two mappings of one memfd
+/// (pair::SharedMemoryPair), an edge the C++ model does not define and TSan
+/// cannot see (it tracks addresses), so plain words are a data race to both.
+/// The ring's order still makes the value visible; a stale read would be
+/// 0, never torn, and fall outside the measured window.
+using SendTimes = std::vector<std::atomic<uint64_t>>;
+
 // Rx: the flood (GenLoopPort). Tx: the guest's stream, checked by a sink;
 // each frame's send time is looked up by its sequence number.
 class FairnessPort {
 public:
-    FairnessPort(const port::FrameFormat& fmt, const std::vector<uint64_t>& send_ns,
+    FairnessPort(const port::FrameFormat& fmt, const SendTimes& send_ns,
                  std::size_t max_samples)
         : flood_(fmt), sink_(fmt), send_ns_(send_ns) {
         samples_.reserve(max_samples);
@@ -41,10 +50,11 @@ public:
         uint64_t seq_be;
         std::memcpy(&seq_be, frame + port::kSeqOffset, sizeof seq_be);
         const uint64_t seq = __builtin_bswap64(seq_be);
-        // ORDER: send_ns_[seq] was written before the guest published the
-        // chain (release of avail.idx, acquired by pop), so it is visible.
+        // ORDER: relaxed; send_ns_[seq] was stored before the guest published
+        // the chain (release of avail.idx, acquired by pop), see SendTimes.
         if (samples_.size() < samples_.capacity()) {
-            samples_.push_back({send_ns_[seq % send_ns_.size()], now_ns()});
+            samples_.push_back(
+                {send_ns_[seq % send_ns_.size()].load(std::memory_order_relaxed), now_ns()});
         }
         return port::SendResult::Sent;
     }
@@ -61,7 +71,7 @@ public:
 private:
     port::GenLoopPort flood_;
     port::FrameSink sink_;
-    const std::vector<uint64_t>& send_ns_;
+    const SendTimes& send_ns_;
     std::vector<Sample> samples_;  ///< worker-owned; read after stop
 };
 
@@ -88,7 +98,7 @@ FairnessResult run_fairness(const FairnessConfig& cfg) noexcept {
     }
     const double total_s = cfg.warmup_s + cfg.seconds + 1.0;
     const auto max_frames = static_cast<std::size_t>(cfg.tx_pps * total_s) + 1024;
-    std::vector<uint64_t> send_ns(max_frames, 0);
+    SendTimes send_ns(max_frames);  // value-initialized: 0
     FairnessPort port(*fmt, send_ns, max_frames);
     backend::VhostNetOptions bc;
     bc.rx_weight = cfg.rx_weight;
@@ -133,7 +143,8 @@ FairnessResult run_fairness(const FairnessConfig& cfg) noexcept {
                 std::byte* p = guest.buf_host(id);
                 std::memset(p, 0, kHdr);
                 const uint32_t len = stream.write_frame(seq, p + kHdr, guest.buf_bytes() - kHdr);
-                send_ns[seq % send_ns.size()] = t;
+                // ORDER: relaxed; published with the chain (see SendTimes).
+                send_ns[seq % send_ns.size()].store(t, std::memory_order_relaxed);
                 guest.xmit(id, len + kHdr);
                 ++seq;
                 ++queued;
