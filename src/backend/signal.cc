@@ -72,6 +72,8 @@ void NetDevice::take_coalesce_msg() noexcept {
 
 void NetDevice::apply_coalesce(std::optional<notify::CoalesceParams> rx,
                                std::optional<notify::CoalesceParams> tx) noexcept {
+    // Counted first: a driver woken by the flush below sees the update counted.
+    dstats_.coalesce_updates.add();
     for (auto& p : pairs_) {
         if (rx && p->rx.co->set(*rx) == notify::CoalesceAction::Signal) raise(p->rx);
         if (tx) {
@@ -79,7 +81,6 @@ void NetDevice::apply_coalesce(std::optional<notify::CoalesceParams> rx,
             if (p->tx.co->set(*tx) == notify::CoalesceAction::Signal) raise(p->tx);
         }
     }
-    dstats_.coalesce_updates.add();
 }
 
 void NetDevice::handle_ctrl() noexcept {

@@ -483,6 +483,8 @@ TEST(CtrlEndToEnd, SetCoalesceReachesTheBackendsCoalescers) {
     // Both commands were applied by the worker before it used them, and
     // the used entries were reaped: no wait needed to see the effect.
     EXPECT_EQ(e.dev().device_stats().coalesce_updates.get(), 2u);
+    // The coalescers' limits are the worker's: read them once it stopped.
+    e.dev().stop();
     EXPECT_EQ(e.dev().rx_coalescer().params(), (CoalesceParams{8, 0}));
     EXPECT_EQ(e.dev().tx_coalescer().params(), (CoalesceParams{16, 50}));
     const CtrlQueue* cq = e.dev().ctrl_queue();
