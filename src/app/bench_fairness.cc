@@ -10,6 +10,7 @@
 
 #include "app_commands.h"
 #include "bench_common.h"
+#include "bench_meta.h"
 #include "pvnet/bench/fairness.h"
 
 namespace pvnet::app {
@@ -77,10 +78,11 @@ void add_bench_fairness(CLI::App& bench) {
         }
         std::fprintf(stderr, "\n");
         std::printf("\nFairness: rx flood of 64-byte frames + guest tx stream at %u pps, %s mode; "
-                    "medians of %d (tx latency = guest xmit → handle_tx)\n",
+                    "medians of %d (tx latency = guest xmit → handle_tx; max = the largest "
+                    "over all runs)\n",
                     o->tx_pps, o->mode.c_str(), o->repeat);
         std::printf("%-6s %-12s %10s %10s %9s %11s %11s %11s %11s %9s\n", "queue", "weight",
-                    "tx sent/s", "tx done/s", "rx Mpps", "p50 us", "p99 us", "max us",
+                    "tx sent/s", "tx done/s", "rx Mpps", "p50 us", "p99 us", "max us all",
                     "p99 range", "rxreq/k");
         for (const Cell& c : cells) {
             auto med = [&](auto f) { return median_of(c.runs, f); };
@@ -94,12 +96,15 @@ void add_bench_fairness(CLI::App& bench) {
                         med([](const auto& r) { return r.tx_delivered_pps; }),
                         med([](const auto& r) { return r.rx_mpps; }),
                         med([](const auto& r) { return r.lat_p50_us; }), s.median,
-                        med([](const auto& r) { return r.lat_max_us; }), range,
+                        max_of(c.runs, [](const auto& r) { return r.lat_max_us; }), range,
                         med([](const auto& r) { return r.rx_requeue_per_kpkt; }));
         }
         if (!o->json.empty()) {
             nlohmann::json j;
+            j["meta"] = bench_meta();
             j["experiment"] = "fairness";
+            j["seconds"] = o->seconds;
+            j["byte_weight"] = o->byte_weight;
             j["mode"] = o->mode;
             j["tx_pps"] = o->tx_pps;
             j["repeat"] = o->repeat;

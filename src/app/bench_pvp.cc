@@ -13,6 +13,7 @@
 
 #include "app_commands.h"
 #include "bench_common.h"
+#include "bench_meta.h"
 #include "pvnet/bench/pvp.h"
 #include "pvnet/bench/testpmd.h"
 
@@ -193,6 +194,7 @@ void add_bench_pvp(CLI::App& bench) {
 
         if (!o->json.empty()) {
             nlohmann::json j;
+            j["meta"] = bench_meta();
             j["experiment"] = "pvp";
             j["mode"] = o->mode;
             j["event_idx"] = !o->no_event_idx;

@@ -20,6 +20,7 @@
 
 #include "app_commands.h"
 #include "bench_common.h"
+#include "bench_meta.h"
 #include "pvnet/bench/relay_bench.h"
 
 namespace pvnet::app {
@@ -383,6 +384,7 @@ void add_bench_relay(CLI::App& bench) {
 
         if (!o->json.empty()) {
             nlohmann::json j;
+            j["meta"] = bench_meta();
             j["experiment"] = "relay";
             j["repeat"] = o->repeat;
             j["seconds"] = o->seconds;
