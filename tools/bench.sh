@@ -62,4 +62,15 @@ done
 run relay bench relay --json "$out/relay.json" --plot "$out/relay" \
     ::full --repeat 3 ::quick --repeat 1 --flows 1 --seconds 2 --latency-seconds 1 --ping-count 10
 
+# The split ring alone (Google Benchmark): 5 repetitions, randomly interleaved.
+micro=${MICROBENCH:-./build/release/src/bench/micro/pvnet-microbench}
+reps=5; [ -z "$quick" ] || reps=1
+echo "=== microbench: $micro, $reps repetitions" >&2
+setsid -w bash -c 'echo -20 > /proc/self/autogroup; exec "$@"' _ "$micro" \
+    --benchmark_repetitions=$reps --benchmark_report_aggregates_only=false \
+    --benchmark_display_aggregates_only=true --benchmark_enable_random_interleaving=true \
+    ${quick:+--benchmark_min_time=0.01} \
+    --benchmark_context=commit="$(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- || echo -dirty)" \
+    --benchmark_out="$out/microbench.json" --benchmark_out_format=json > "$out/microbench.txt"
+
 echo "bench: every experiment written to $out" >&2

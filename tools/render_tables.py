@@ -39,9 +39,18 @@ class Data:
                 self.cache[name] = json.load(f)
         return self.cache[name]
 
+    @staticmethod
+    def gbench_meta(j):
+        """Google Benchmark's context, in bench_meta()'s shape."""
+        c = j.get("context", {})
+        return {"commit": c.get("commit", "unknown"), "date": c.get("date", "?"),
+                "command_line": [c.get("executable", "?"), "(Google Benchmark)"],
+                "machine": {"vcpus": c.get("num_cpus", "?"), "cpu_model": f"{c.get('mhz_per_cpu', '?')} MHz",
+                            "kernel": "?"}}
+
     def source(self, *names):
         """The line under a table: where its numbers came from."""
-        metas = [self.json(n).get("meta", {}) for n in names]
+        metas = [self.json(n).get("meta") or self.gbench_meta(self.json(n)) for n in names]
         commits = sorted({m.get("commit", "unknown") for m in metas})
         files = ", ".join(f"`{self.rel}/{n}.json`" for n in names)
         m = metas[0]
@@ -304,7 +313,32 @@ def atrx(d):
             + d.source(*names))
 
 
+# ---- the split ring alone ----------------------------------------------------
+
+def microbench(d):
+    j = d.json("microbench")
+    reps = {}
+    for b in j["benchmarks"]:
+        if b.get("run_type") == "iteration":
+            reps.setdefault(b["run_name"], []).append(b)
+    rows = []
+    for name, rs in reps.items():
+        ns = [r["ns_per_buf"] for r in rs]
+        short = name.replace("/manual_time", "").replace("/real_time", "")
+        if "eventfd:0" in short:
+            short += " (spinning)"
+        kicks = [r["kicks_per_buf"] for r in rs if "kicks_per_buf" in r]
+        irqs = [r["interrupts_per_buf"] for r in rs if "interrupts_per_buf" in r]
+        rows.append([f"`{short}`", fmt(med(ns), 1), fmt(min(ns), 1), fmt(max(ns), 1),
+                     f"{med(kicks):.2g}" if kicks else "—", f"{med(irqs):.2g}" if irqs else "—"])
+    return (f"Nanoseconds per buffer, median, min and max of {max(len(r) for r in reps.values())} "
+            f"repetitions, variants randomly interleaved:\n\n"
+            + table(["benchmark", "median ns/buffer", "min", "max", "kicks/buffer", "interrupts/buffer"], rows)
+            + d.source("microbench"))
+
+
 RENDERERS = {
+    "microbench": microbench,
     "pvp-event-64": lambda d: pvp_event(d, 64),
     "pvp-event-512": lambda d: pvp_event(d, 512),
     "pvp-event-1518": lambda d: pvp_event(d, 1518),
