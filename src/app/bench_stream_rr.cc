@@ -11,8 +11,11 @@
 
 #include "app_commands.h"
 #include "bench_common.h"
+#include "cli_checks.h"
+#include "pvnet/backend/ctrl_queue.h"
 #include "pvnet/backend/vhost_net.h"
 #include "pvnet/bench/stream_rr.h"
+#include "pvnet/port/gen_port.h"
 
 namespace pvnet::app {
 namespace {
@@ -41,25 +44,51 @@ void add_one(CLI::App& bench, bench::Workload workload) {
         stream ? "stream" : "rr",
         stream ? "N flows stream 64 KiB messages in 1514-byte frames; ACK every 2nd frame"
                : "N flows, one 64-byte request outstanding each (or --rr-rate total/s)");
-    cmd->add_option("--flows", o->flows, "flow counts")->delimiter(',');
-    if (!stream) cmd->add_option("--rr-rate", o->rr_rate, "total requests/s (0: closed loop)");
-    cmd->add_option("--sndbuf", o->sndbuf, "send buffer per flow, bytes");
+    using checks::Int;
+    constexpr uint32_t kMaxUsecs = backend::kNotfCoalMaxUsecs;
+    constexpr uint32_t kMaxFrames = backend::kNotfCoalMaxPackets;
+    // A flow's frames carry UDP source port kUdpSrcPortBase + flow.
+    constexpr uint16_t kMaxFlows = UINT16_MAX - port::kUdpSrcPortBase + 1;
+    // A send larger than sndbuf never fits (Flow): at least one largest frame and its header.
+    constexpr uint32_t kMinSndbuf = port::kMaxFrameBytes + backend::kHdrBytes;
+    cmd->add_option("--flows", o->flows, "flow counts")
+        ->delimiter(',')
+        ->check(Int(uint16_t{1}, kMaxFlows));
+    if (!stream) {
+        // 1e9 / rate is the gap between requests in ns; above 1e9/s it would be 0 (closed loop).
+        cmd->add_option("--rr-rate", o->rr_rate, "total requests/s (0: closed loop)")
+            ->check(Int(0u, 1'000'000'000u, "0: closed loop"));
+    }
+    cmd->add_option("--sndbuf", o->sndbuf, "send buffer per flow, bytes")
+        ->check(Int(kMinSndbuf, UINT32_MAX));
     // ethtool -C's names; they configure the +coalesce variants.
-    cmd->add_option("--tx-frames", o->tx_frames, "+coalesce: tx completions per interrupt (seed: 64)");
-    cmd->add_option("--tx-usecs", o->tx_usecs, "+coalesce: tx interrupt delay, us (seed: 64)");
-    cmd->add_option("--rx-frames", o->rx_frames, "+coalesce: rx packets per interrupt (0: off)");
-    cmd->add_option("--rx-usecs", o->rx_usecs, "+coalesce: rx interrupt delay, us (0: off)");
-    cmd->add_option("--busyloop-usecs", o->busyloop, "backend spins this long before sleeping");
-    cmd->add_option("--busy-poll-usecs", o->busy_poll, "guest spins on rx this long before sleeping");
+    cmd->add_option("--tx-frames", o->tx_frames, "+coalesce: tx completions per interrupt (seed: 64)")
+        ->check(Int(0u, kMaxFrames, "0: off"));
+    cmd->add_option("--tx-usecs", o->tx_usecs, "+coalesce: tx interrupt delay, us (seed: 64)")
+        ->check(Int(0u, kMaxUsecs, "0: off"));
+    cmd->add_option("--rx-frames", o->rx_frames, "+coalesce: rx packets per interrupt (0: off)")
+        ->check(Int(0u, kMaxFrames, "0: off"));
+    cmd->add_option("--rx-usecs", o->rx_usecs, "+coalesce: rx interrupt delay, us (0: off)")
+        ->check(Int(0u, kMaxUsecs, "0: off"));
+    cmd->add_option("--busyloop-usecs", o->busyloop, "backend spins this long before sleeping")
+        ->check(Int(0u, kMaxUsecs));
+    cmd->add_option("--busy-poll-usecs", o->busy_poll, "guest spins on rx this long before sleeping")
+        ->check(Int(0u, kMaxUsecs));
     cmd->add_option("--tx-weight", o->tx_weight,
-                    "backend tx packet weight: packets completed before rx (ACKs) is served");
+                    "backend tx packet weight: packets completed before rx (ACKs) is served "
+                    "(0: no packet limit, the byte weight still applies)")
+        ->check(Int(0u, 1'000'000u, "0: no packet limit"));
     cmd->add_option("--server-ns", o->server_ns,
-                    "server work per received frame, ns (a host stack's receive cost)");
-    cmd->add_option("--repeat", o->repeat, "rounds")->check(CLI::Range(1, 1000));
-    cmd->add_option("--seconds", o->seconds, "measured seconds per run")->check(CLI::Range(0.05, 600.0));
-    cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of the vhost worker (-1: any)");
-    cmd->add_option("--frontend-cpu", o->frontend_cpu, "CPU of the guest thread (-1: any)");
-    cmd->add_option("--json", o->json, "write all runs to this file");
+                    "server work per received frame, ns (a host stack's receive cost)")
+        ->check(Int(0u, 1'000'000u));
+    cmd->add_option("--repeat", o->repeat, "rounds")->check(Int(1, 1000));
+    cmd->add_option("--seconds", o->seconds, "measured seconds per run")
+        ->check(checks::Real(0.05, 600.0));
+    cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of the vhost worker (-1: any)")
+        ->check(checks::Cpu());
+    cmd->add_option("--frontend-cpu", o->frontend_cpu, "CPU of the guest thread (-1: any)")
+        ->check(checks::Cpu());
+    cmd->add_option("--json", o->json, "write all runs to this file")->check(checks::OutputPath());
 
     cmd->callback([o, workload, stream] {
         boost_autogroup();
