@@ -170,7 +170,7 @@ CLI::Validator RelayVariant() {
     return CLI::Validator(
         [](std::string& s) -> std::string {
             auto v = bench::relay_variant(s);
-            return v ? std::string() : v.error();  // names the value and the known ones
+            return v ? std::string() : must_be(s, "a known variant: " + v.error());
         },
         "");
 }
