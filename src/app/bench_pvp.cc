@@ -75,7 +75,8 @@ void add_bench_pvp(CLI::App& bench) {
 
     cmd->callback([o] {
         if (o->testpmd && !bench::testpmd_available()) {
-            throw CLI::ValidationError("--testpmd", "dpdk-testpmd not found (apt-get install dpdk-dev)");
+            throw CLI::ValidationError("--testpmd",
+                                       "dpdk-testpmd not found (apt-get install dpdk-dev)");
         }
         boost_autogroup();
         // testpmd baseline per queue size, one entry per round.

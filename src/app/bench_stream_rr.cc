@@ -62,7 +62,8 @@ void add_one(CLI::App& bench, bench::Workload workload) {
     cmd->add_option("--sndbuf", o->sndbuf, "send buffer per flow, bytes")
         ->check(Int(kMinSndbuf, UINT32_MAX));
     // ethtool -C's names; they configure the +coalesce variants.
-    cmd->add_option("--tx-frames", o->tx_frames, "+coalesce: tx completions per interrupt (seed: 64)")
+    cmd->add_option("--tx-frames", o->tx_frames,
+                    "+coalesce: tx completions per interrupt (seed: 64)")
         ->check(Int(0u, kMaxFrames, "0: off"));
     cmd->add_option("--tx-usecs", o->tx_usecs, "+coalesce: tx interrupt delay, us (seed: 64)")
         ->check(Int(0u, kMaxUsecs, "0: off"));
@@ -72,7 +73,8 @@ void add_one(CLI::App& bench, bench::Workload workload) {
         ->check(Int(0u, kMaxUsecs, "0: off"));
     cmd->add_option("--busyloop-usecs", o->busyloop, "backend spins this long before sleeping")
         ->check(Int(0u, kMaxUsecs));
-    cmd->add_option("--busy-poll-usecs", o->busy_poll, "guest spins on rx this long before sleeping")
+    cmd->add_option("--busy-poll-usecs", o->busy_poll,
+                    "guest spins on rx this long before sleeping")
         ->check(Int(0u, kMaxUsecs));
     cmd->add_option("--tx-weight", o->tx_weight,
                     "backend tx packet weight: packets completed before rx (ACKs) is served "

@@ -101,8 +101,8 @@ CLI::Validator Cpu() {
             cpu_set_t set;
             CPU_ZERO(&set);
             if (::sched_getaffinity(0, sizeof set, &set) != 0) CPU_ZERO(&set);
-            const std::string rule = "-1 (any CPU) or a CPU this process may run on (" +
-                                     cpu_list(set) + ")";
+            const std::string rule =
+                "-1 (any CPU) or a CPU this process may run on (" + cpu_list(set) + ")";
             int v = 0;
             if (!CLI::detail::lexical_cast(s, v) || v < -1 ||
                 (v >= 0 && (v >= CPU_SETSIZE || !CPU_ISSET(static_cast<std::size_t>(v), &set)))) {
@@ -130,8 +130,8 @@ CLI::Validator IfName() {
 CLI::Validator Netns() {
     return CLI::Validator(
         [](std::string& s) -> std::string {
-            const bool name_ok = !s.empty() && s != "." && s != ".." &&
-                                 s.find('/') == std::string::npos;
+            const bool name_ok =
+                !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos;
             if (!name_ok || ::access(("/var/run/netns/" + s).c_str(), F_OK) != 0) {
                 return must_be(s, "an existing network namespace (ip netns list)");
             }

@@ -331,7 +331,8 @@ void add_relay_command(CLI::App& app) {
         }
         for (const CLI::Option* opt : ring_opts) {
             if (opt->count() != 0) {
-                throw CLI::ValidationError(opt->get_name(), "applies to the ring relay, not --plain");
+                throw CLI::ValidationError(opt->get_name(),
+                                           "applies to the ring relay, not --plain");
             }
         }
         run_plain(*o);

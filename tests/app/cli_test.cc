@@ -15,7 +15,7 @@
 namespace {
 
 struct Outcome {
-    int status = -1;  ///< exit code, or -1 if it did not exit
+    int status = -1;     ///< exit code, or -1 if it did not exit
     std::string output;  ///< stdout and stderr
 };
 
@@ -37,10 +37,12 @@ constexpr int kValidationError = 105;  // CLI::ExitCodes::ValidationError
 struct Bad {
     std::string command;  ///< "relay", "bench pvp", ...
     std::string option;
-    std::string value;    ///< the bad value, as the message must show it
+    std::string value;  ///< the bad value, as the message must show it
 };
 
-void PrintTo(const Bad& b, std::ostream* os) { *os << b.command << " " << b.option << " " << b.value; }
+void PrintTo(const Bad& b, std::ostream* os) {
+    *os << b.command << " " << b.option << " " << b.value;
+}
 
 // The arguments a command needs besides the one under test.
 std::string required_args(const Bad& b) {
@@ -55,7 +57,8 @@ class BadValue : public ::testing::TestWithParam<Bad> {};
 
 TEST_P(BadValue, RefusedBeforeAnythingRuns) {
     const Bad& b = GetParam();
-    const Outcome r = run_pvnet(b.command + required_args(b) + " " + b.option + " '" + b.value + "'");
+    const Outcome r =
+        run_pvnet(b.command + required_args(b) + " " + b.option + " '" + b.value + "'");
     EXPECT_EQ(r.status, kValidationError) << r.output;
     EXPECT_NE(r.output.find(b.option + ": " + b.value + ":"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("must be"), std::string::npos) << r.output;  // the rule follows
@@ -147,8 +150,8 @@ const Bad kBad[] = {
 
 INSTANTIATE_TEST_SUITE_P(EveryOption, BadValue, ::testing::ValuesIn(kBad),
                          [](const ::testing::TestParamInfo<Bad>& i) {
-                             std::string n = i.param.command + i.param.option + "_" +
-                                             std::to_string(i.index);
+                             std::string n =
+                                 i.param.command + i.param.option + "_" + std::to_string(i.index);
                              for (char& c : n) {
                                  if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
                              }
