@@ -14,8 +14,11 @@
 #include "app_commands.h"
 #include "bench_common.h"
 #include "bench_meta.h"
+#include "cli_checks.h"
+#include "pvnet/backend/ctrl_queue.h"
 #include "pvnet/backend/vhost_net.h"
 #include "pvnet/bench/stream_rr.h"
+#include "pvnet/port/gen_port.h"
 
 namespace pvnet::app {
 namespace {
@@ -89,55 +92,85 @@ void add_one(CLI::App& bench, bench::Workload workload) {
         stream ? "stream" : "rr",
         stream ? "N flows stream 64 KiB messages in 1514-byte frames; ACK every 2nd frame"
                : "N flows, one 64-byte request outstanding each (or --rr-rate total/s, open loop)");
-    cmd->add_option("--flows", o->flows, "flow counts")->delimiter(',');
-    cmd->add_option("--variants", o->variants,
-                    "columns: upstream, napi, napi+coalesce, napi+at-rx, napi+both (default: all)")
-        ->delimiter(',');
+    using checks::Int;
+    constexpr uint32_t kMaxUsecs = backend::kNotfCoalMaxUsecs;
+    constexpr uint32_t kMaxFrames = backend::kNotfCoalMaxPackets;
+    // A flow's frames carry UDP source port kUdpSrcPortBase + flow.
+    constexpr uint16_t kMaxFlows = UINT16_MAX - port::kUdpSrcPortBase + 1;
+    // A send larger than sndbuf never fits (Flow): at least one largest frame and its header.
+    constexpr uint32_t kMinSndbuf = port::kMaxFrameBytes + backend::kHdrBytes;
+    cmd->add_option("--flows", o->flows, "flow counts")
+        ->delimiter(',')
+        ->check(Int(uint16_t{1}, kMaxFlows));
+    std::vector<std::string> variant_names;
+    for (auto v : kVariants) variant_names.emplace_back(bench::to_string(v));
+    cmd->add_option("--variants", o->variants, "columns (default: all)")
+        ->delimiter(',')
+        ->check(checks::OneOf(variant_names));
     if (!stream) {
+        // 1e9 / rate is the gap between requests in ns; above 1e9/s it would be 0 (closed loop).
         cmd->add_option("--rr-rate", o->rr_rate,
                         "total requests/s, open loop: each request at its planned time, latency "
-                        "from that time (0: closed loop)");
+                        "from that time (0: closed loop)")
+            ->check(Int(0u, 1'000'000'000u, "0: closed loop"));
     }
-    cmd->add_option("--sndbuf", o->sndbuf, "send buffer per flow, bytes");
+    cmd->add_option("--sndbuf", o->sndbuf, "send buffer per flow, bytes")
+        ->check(Int(kMinSndbuf, UINT32_MAX));
     // ethtool -C's names; they configure the +coalesce variants.
-    cmd->add_option("--tx-frames", o->tx_frames, "+coalesce: tx completions per interrupt (seed: 64)");
-    cmd->add_option("--tx-usecs", o->tx_usecs, "+coalesce: tx interrupt delay, us (seed: 64)");
-    cmd->add_option("--rx-frames", o->rx_frames, "+coalesce: rx packets per interrupt (0: off)");
-    cmd->add_option("--rx-usecs", o->rx_usecs, "+coalesce: rx interrupt delay, us (0: off)");
-    cmd->add_option("--busyloop-usecs", o->busyloop, "backend spins this long before sleeping");
-    cmd->add_option("--busy-poll-usecs", o->busy_poll, "guest spins on rx this long before sleeping");
+    cmd->add_option("--tx-frames", o->tx_frames,
+                    "+coalesce: tx completions per interrupt (seed: 64)")
+        ->check(Int(0u, kMaxFrames, "0: off"));
+    cmd->add_option("--tx-usecs", o->tx_usecs, "+coalesce: tx interrupt delay, us (seed: 64)")
+        ->check(Int(0u, kMaxUsecs, "0: off"));
+    cmd->add_option("--rx-frames", o->rx_frames, "+coalesce: rx packets per interrupt (0: off)")
+        ->check(Int(0u, kMaxFrames, "0: off"));
+    cmd->add_option("--rx-usecs", o->rx_usecs, "+coalesce: rx interrupt delay, us (0: off)")
+        ->check(Int(0u, kMaxUsecs, "0: off"));
+    cmd->add_option("--busyloop-usecs", o->busyloop, "backend spins this long before sleeping")
+        ->check(Int(0u, kMaxUsecs));
+    cmd->add_option("--busy-poll-usecs", o->busy_poll,
+                    "guest spins on rx this long before sleeping")
+        ->check(Int(0u, kMaxUsecs));
     cmd->add_option("--busy-sweep", o->busy_sweep,
                     "busy-poll settings U (both sides spin U us; 0: both sleep), each a column "
                     "group in every round; adds busy / sleeping ratios per variant")
-        ->delimiter(',');
+        ->delimiter(',')
+        ->check(Int(0u, kMaxUsecs));
     cmd->add_option("--tx-weight", o->tx_weight,
-                    "backend tx packet weight: packets completed before rx (ACKs) is served");
+                    "backend tx packet weight: packets completed before rx (ACKs) is served "
+                    "(0: no packet limit, the byte weight still applies)")
+        ->check(Int(0u, 1'000'000u, "0: no packet limit"));
     cmd->add_option("--server-ns", o->server_ns,
-                    "server work per received frame, ns (a host stack's receive cost)");
+                    "server work per received frame, ns (a host stack's receive cost)")
+        ->check(Int(0u, 1'000'000u));
     if (stream) {
         cmd->add_option("--work-gbytes", o->work_gbytes,
                         "fixed work per run: the window closes after this much payload (GB, "
                         "10^9 bytes), at most --seconds; gives seed 000's Gcycles per run (0: "
-                        "fixed --seconds)");
+                        "fixed --seconds)")
+            ->check(checks::Real(0.0, 1000.0, "0: fixed --seconds"));
     } else {
         cmd->add_option("--work-trans", o->work_trans,
                         "closed loop: fixed work per run, transactions per flow (at most "
-                        "--seconds); gives seed 000's Gcycles per run (0: fixed --seconds)");
+                        "--seconds); gives seed 000's Gcycles per run (0: fixed --seconds)")
+            ->check(Int(0u, 1'000'000'000u, "0: fixed --seconds"));
     }
-    cmd->add_option("--repeat", o->repeat, "rounds")->check(CLI::Range(1, 1000));
+    cmd->add_option("--repeat", o->repeat, "rounds")->check(Int(1, 1000));
     cmd->add_option("--seconds", o->seconds,
                     "measured seconds per run (with fixed work: the most a run may take)")
-        ->check(CLI::Range(0.05, 600.0));
-    cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of the vhost worker (-1: any)");
-    cmd->add_option("--frontend-cpu", o->frontend_cpu, "CPU of the guest thread (-1: any)");
-    cmd->add_option("--json", o->json, "write all runs to this file");
+        ->check(checks::Real(0.05, 600.0));
+    cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of the vhost worker (-1: any)")
+        ->check(checks::Cpu());
+    cmd->add_option("--frontend-cpu", o->frontend_cpu, "CPU of the guest thread (-1: any)")
+        ->check(checks::Cpu());
+    cmd->add_option("--json", o->json, "write all runs to this file")->check(checks::OutputPath());
 
     cmd->callback([o, workload, stream] {
         std::vector<bench::TxVariant> variants;
         for (const auto& v : o->variants) variants.push_back(parse_variant(v));
         if (variants.empty()) variants.assign(std::begin(kVariants), std::end(kVariants));
         if (o->work_trans && o->rr_rate) {
-            throw std::runtime_error("--work-trans: the open loop (--rr-rate) runs for --seconds");
+            throw CLI::ValidationError("--work-trans", "the open loop (--rr-rate) runs for --seconds");
         }
         // Busy settings: the sweep, or the one pair of options.
         struct Busy {
