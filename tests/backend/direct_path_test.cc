@@ -343,8 +343,10 @@ struct RxFdPort {
         return kLen;
     }
     port::SendResult send(std::span<const iovec>, uint32_t) noexcept {
+        sent.fetch_add(1, std::memory_order_release);
         return port::SendResult::Sent;
     }
+    std::atomic<uint64_t> sent{0};
 };
 static_assert(port::Port<RxFdPort> && port::HasRxFd<RxFdPort>);
 
@@ -357,14 +359,38 @@ TEST(RxPortFd, ReadablePortWithoutGuestBuffersDoesNotSpinTheWorker) {
     ASSERT_TRUE(d);
     VhostNet<RxFdPort>& dev = **d;
     dev.start();
-    ASSERT_TRUE(wait_until([&] { return dev.stats().rx_ring_empty.get() >= 1; }));
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    // Without the fix every epoll wait returns at once: thousands of wakeups.
-    EXPECT_LT(dev.device_stats().wakeups.get(), 10u);
+    // The first round (tx and rx pending from start) ends with the rx ring empty.
+    const DeviceStats& ds = dev.device_stats();
+    ASSERT_TRUE(wait_until([&] { return ds.rounds.get() >= 1; }));
+    EXPECT_EQ(dev.stats().rx_ring_empty.get(), 1u);
+    EXPECT_EQ(dev.stats().rx_port_unwatched.get(), 1u);
+
+    // Wake the worker kKicks times for something else, each kick's packet
+    // sent before the next. A port fd still watched would be reported
+    // readable by each of those waits (level-triggered), and by every wait
+    // in between: rx runs and rounds beyond the kicks'. Synchronised on the
+    // port's count, not on time.
+    constexpr uint64_t kKicks = 3;
+    const uint64_t rounds0 = ds.rounds.get();
+    const uint64_t wakeups0 = ds.wakeups.get();
+    frontend::QueuePair& qp = tb.qp();
+    for (uint64_t k = 1; k <= kKicks; ++k) {
+        uint32_t id = 0;
+        ASSERT_TRUE(qp.alloc_buf(id));
+        write_packet(qp.buf_host(id), k, kLen);
+        ASSERT_TRUE(qp.xmit(id, kLen));
+        qp.tx_flush();
+        ASSERT_TRUE(wait_until([&] { return port.sent.load(std::memory_order_acquire) == k; }));
+        // The round ends (rx would run after tx in it) before the next kick.
+        ASSERT_TRUE(wait_until([&] { return ds.rounds.get() >= rounds0 + k; }));
+    }
+    EXPECT_EQ(dev.stats().tx_kicks.get(), kKicks);
+    EXPECT_GE(ds.wakeups.get() - wakeups0, kKicks) << "the worker slept between kicks";
+    EXPECT_EQ(ds.rounds.get(), rounds0 + kKicks) << "a round per kick, none for the port";
+    EXPECT_EQ(dev.stats().rx_ring_empty.get(), 1u) << "no rx run without guest buffers";
     EXPECT_EQ(dev.stats().rx_port_unwatched.get(), 1u);
     EXPECT_EQ(port.left.load(), kPkts);
 
-    frontend::QueuePair& qp = tb.qp();
     ASSERT_GT(qp.try_fill_recv(), 0u);  // the refill kicks the waiting device
     uint64_t got = 0;
     bool bad = false;

@@ -19,6 +19,7 @@
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -363,6 +364,23 @@ inline uint64_t run_rx(Harness& h) {
     const uint64_t before = rx_handled(h.stats());
     h.dev().handle_rx();
     return rx_handled(h.stats()) - before;
+}
+
+/// Notifications are re-armed on `a` (the device waits for a kick).
+inline void expect_rearmed(const Harness& h, const SplitRingAddrs& a, uint16_t last_avail_idx,
+                           bool event_idx) {
+    if (event_idx) {
+        EXPECT_EQ(h.avail_event(a), last_avail_idx);
+    } else {
+        EXPECT_EQ(h.used_flags(a), 0);
+    }
+}
+
+/// Cases run with and without VIRTIO_RING_F_EVENT_IDX; each file instantiates
+/// it with event_idx_name.
+class EventIdx : public ::testing::TestWithParam<bool> {};
+inline std::string event_idx_name(const ::testing::TestParamInfo<bool>& p) {
+    return p.param ? "EventIdx" : "NoEventIdx";
 }
 
 }  // namespace pvnet::backend::harness

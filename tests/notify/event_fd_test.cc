@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -71,15 +73,38 @@ TEST(EventFd, WaitDoesNotConsume) {
     EXPECT_FALSE(e.wait(0));
 }
 
+/// True once thread `tid` of this process is asleep (state S in
+/// /proc/self/task/<tid>/stat), polled for at most ~5 s.
+bool wait_until_asleep(pid_t tid) {
+    const std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
+    for (int tries = 0; tries < 50'000; ++tries) {
+        std::ifstream f(path);
+        std::string stat;
+        std::getline(f, stat);
+        // The state follows the ")" that closes the command name.
+        const auto paren = stat.rfind(')');
+        if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'S') {
+            return true;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    return false;
+}
+
 TEST(EventFd, WaitWakesOnSignalFromAnotherThread) {
     const EventFd e = must_create();
     EXPECT_FALSE(e.wait(1000));
-    std::thread t([&e] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Signalled only once this thread sleeps in wait(), so the wake-up is
+    // what ends it (not a counter already set when it looked).
+    const pid_t waiter = gettid();
+    bool asleep = false;
+    std::thread t([&e, &asleep, waiter] {
+        asleep = wait_until_asleep(waiter);
         e.signal();
     });
     const bool woke = e.wait(kBoundUs);
     t.join();
+    EXPECT_TRUE(asleep) << "the waiter never slept";
     EXPECT_TRUE(woke);
     EXPECT_EQ(e.consume(), 1u);
 }
