@@ -3,6 +3,8 @@
 // ceiling), the plain tun relay (what a user writes without rings) and the
 // pvnet relay variants. Each round runs every column once (interleaved),
 // each on freshly made namespaces and taps; medians with min–max of rounds.
+// ping runs both ways, A→B and B→A, at the seed's interval (-i 0.1); the
+// default columns are ordered so that neighbours differ by one mechanism.
 #include <signal.h>
 #include <unistd.h>
 
@@ -23,6 +25,8 @@
 #include "bench_meta.h"
 #include "cli_checks.h"
 #include "pvnet/bench/relay_bench.h"
+#include "pvnet/lab/child.h"
+#include "pvnet/lab/netns_bed.h"
 
 namespace pvnet::app {
 namespace {
@@ -37,18 +41,24 @@ struct Cell {
 struct Round {
     std::string setup_error;
     std::vector<Cell<bench::IperfResult>> iperf;  ///< one per --flows entry
-    Cell<bench::SockperfResult> udp, tcp;
-    Cell<bench::PingResult> ping;
-    std::string relay_output;  ///< the relay's final counters line
+    Cell<lab::SockperfReport> udp, tcp;
+    Cell<lab::PingReport> ping_ab, ping_ba;  ///< A pings B; B pings A
+    std::vector<std::string> relay_argv;     ///< the relay's command line as run
+    std::string relay_output;                ///< the relay's final counters line
 };
+
+/// The seed's ping interval (002: "ping -i 0.1").
+constexpr double kPingIntervalS = 0.1;
 
 struct Opts {
     std::vector<uint16_t> flows{1, 10, 100};
-    std::vector<std::string> variants{"napi", "napi+at-rx", "napi+coalesce", "napi+direct"};
+    // Neighbours differ by one mechanism (after veth and plain).
+    std::vector<std::string> variants{"napi+coalesce", "napi", "napi+at-rx", "napi+at-rx+direct",
+                                      "napi+direct"};
     int repeat = 3;
     double seconds = 5;
     double latency_seconds = 5;
-    uint32_t ping_count = 500;
+    uint32_t ping_count = 100;  ///< per direction: 10 s at -i 0.1
     bool skip_veth = false, skip_plain = false, skip_latency = false;
     std::string json, plot;
 };
@@ -66,7 +76,7 @@ std::string self_exe() {
     return std::string(buf, static_cast<std::size_t>(n));
 }
 
-void on_stop_signal(int) { bench::request_abort(); }
+void on_stop_signal(int) { lab::request_abort(); }
 
 Round run_column(const bench::RelayVariant& v, const Opts& o, const std::string& exe,
                  const std::string& tag) {
@@ -80,8 +90,10 @@ Round run_column(const bench::RelayVariant& v, const Opts& o, const std::string&
     if (!o.skip_latency) {
         r.udp = cell_of(bench::run_sockperf(**bed, false, o.latency_seconds));
         r.tcp = cell_of(bench::run_sockperf(**bed, true, o.latency_seconds));
-        r.ping = cell_of(bench::run_ping(**bed, o.ping_count));
+        r.ping_ab = cell_of(bench::run_ping(**bed, bench::PingFrom::A, o.ping_count, kPingIntervalS));
+        r.ping_ba = cell_of(bench::run_ping(**bed, bench::PingFrom::B, o.ping_count, kPingIntervalS));
     }
+    r.relay_argv = (*bed)->relay_argv();
     r.relay_output = (*bed)->stop_relay();
     return r;
 }
@@ -105,8 +117,21 @@ std::string fmt_cell(const std::optional<Stat>& s, int prec) {
     return b;
 }
 
+nlohmann::json to_json(const Cell<lab::PingReport>& c) {
+    if (!c.v) return {{"error", c.error}};
+    const auto& p = *c.v;
+    nlohmann::json j{{"transmitted", p.transmitted}, {"received", p.received},
+                     {"loss_pct", p.loss_pct}};
+    for (auto [k, v] : {std::pair{"min_ms", p.min_ms}, std::pair{"avg_ms", p.avg_ms},
+                        std::pair{"max_ms", p.max_ms}, std::pair{"mdev_ms", p.mdev_ms}}) {
+        j[k] = p.has_rtt ? nlohmann::json(v) : nlohmann::json(nullptr);  // nothing came back
+    }
+    return j;
+}
+
 nlohmann::json to_json(const Round& r) {
     nlohmann::json j;
+    j["relay_argv"] = r.relay_argv;
     j["relay_output"] = r.relay_output;
     if (!r.setup_error.empty()) {
         j["setup_error"] = r.setup_error;
@@ -129,11 +154,7 @@ nlohmann::json to_json(const Round& r) {
                                         {"observations", c->v->observations}}
                        : nlohmann::json{{"error", c->error}};
     }
-    j["ping"] = r.ping.v ? nlohmann::json{{"min_ms", r.ping.v->min_ms}, {"avg_ms", r.ping.v->avg_ms},
-                                          {"max_ms", r.ping.v->max_ms}, {"mdev_ms", r.ping.v->mdev_ms},
-                                          {"transmitted", r.ping.v->transmitted},
-                                          {"received", r.ping.v->received}}
-                         : nlohmann::json{{"error", r.ping.error}};
+    j["ping"] = {{"a_to_b", to_json(r.ping_ab)}, {"b_to_a", to_json(r.ping_ba)}};
     return j;
 }
 
@@ -185,9 +206,15 @@ void plot(const Opts& o, const std::vector<bench::RelayVariant>& cols,
             return r.tcp.v ? std::optional(r.tcp.v->p50_us) : std::nullopt;
         },
         [](const Round& r) -> std::optional<double> {
-            return r.ping.v ? std::optional(r.ping.v->avg_ms * 1000) : std::nullopt;
+            return r.ping_ab.v && r.ping_ab.v->has_rtt ? std::optional(r.ping_ab.v->avg_ms * 1000)
+                                                       : std::nullopt;
+        },
+        [](const Round& r) -> std::optional<double> {
+            return r.ping_ba.v && r.ping_ba.v->has_rtt ? std::optional(r.ping_ba.v->avg_ms * 1000)
+                                                       : std::nullopt;
         }};
-    std::string lat = "x \"sockperf UDP p50\" \"sockperf TCP p50\" \"ping avg\"\n";
+    std::string lat =
+        "x \"sockperf UDP p50\" \"sockperf TCP p50\" \"ping A>B avg\" \"ping B>A avg\"\n";
     for (std::size_t ci : shown) {
         lat += "\"" + cols[ci].name + "\"";
         for (const Getter& g : lat_cols) {
@@ -198,10 +225,10 @@ void plot(const Opts& o, const std::vector<bench::RelayVariant>& cols,
         lat += "\n";
     }
     gnuplot_png(o.plot + "-latency.png",
-                "set title 'Round trip of 64-byte messages (sockperf ping-pong) and ping -i 0.01, "
+                "set title 'Round trip of 64-byte messages (sockperf ping-pong) and ping -i 0.1, "
                 "medians'\nset style data histograms\nset style histogram clustered gap 1\n"
                 "set style fill solid 0.8 border -1\nset ylabel 'us'\nset yrange [0:*]\n"
-                "set key top left\nplot for [i=2:4] $DATA using i:xtic(1) title columnheader(i)\n",
+                "set key top left\nplot for [i=2:5] $DATA using i:xtic(1) title columnheader(i)\n",
                 lat);
 }
 
@@ -216,8 +243,8 @@ void add_bench_relay(CLI::App& bench) {
         ->delimiter(',')
         ->check(checks::Int(uint16_t{1}, uint16_t{128}));  // iperf3 -P's limit
     cmd->add_option("--variants", o->variants,
-                    "relay columns after veth and plain: plain-nooff, napi, napi+at-rx, "
-                    "napi+coalesce, napi+direct, napi+direct+spin")
+                    "relay columns after veth and plain: plain-nooff, or "
+                    "napi[+at-rx][+direct[+spin]][+coalesce]")
         ->delimiter(',')
         ->check(checks::RelayVariant());
     cmd->add_option("--repeat", o->repeat, "rounds")->check(checks::Int(1, 100));
@@ -225,7 +252,7 @@ void add_bench_relay(CLI::App& bench) {
         ->check(checks::Real(1.0, 600.0));
     cmd->add_option("--latency-seconds", o->latency_seconds, "seconds per sockperf run")
         ->check(checks::Real(1.0, 600.0));
-    cmd->add_option("--ping-count", o->ping_count, "pings at 10 ms intervals")
+    cmd->add_option("--ping-count", o->ping_count, "pings per direction, 0.1 s apart")
         ->check(checks::Int(1u, 100000u));
     cmd->add_flag("--skip-veth", o->skip_veth, "no veth column");
     cmd->add_flag("--skip-plain", o->skip_plain, "no plain tun relay column");
@@ -269,13 +296,13 @@ void add_bench_relay(CLI::App& bench) {
         sigaction(SIGTERM, &sa, nullptr);
 
         const std::string exe = self_exe();
-        bench::remove_stale_netns();
+        lab::remove_stale_netns(bench::kRelayNetnsPrefix);
         std::vector<std::vector<Round>> runs(cols.size());
         const std::size_t total = cols.size() * static_cast<std::size_t>(o->repeat);
         std::size_t done = 0;
         bool all_ok = true;
-        for (int r = 0; r < o->repeat && !bench::abort_requested(); ++r) {
-            for (std::size_t ci = 0; ci < cols.size() && !bench::abort_requested(); ++ci) {
+        for (int r = 0; r < o->repeat && !lab::abort_requested(); ++r) {
+            for (std::size_t ci = 0; ci < cols.size() && !lab::abort_requested(); ++ci) {
                 const std::string tag = std::to_string(::getpid()) + "-" + std::to_string(done);
                 Round round = run_column(cols[ci], *o, exe, tag);
                 ++done;
@@ -283,7 +310,8 @@ void add_bench_relay(CLI::App& bench) {
                 for (const auto& c : round.iperf) {
                     if (err.empty() && !c.v) err = c.error;
                 }
-                for (const std::string* e : {&round.udp.error, &round.tcp.error, &round.ping.error}) {
+                for (const std::string* e : {&round.udp.error, &round.tcp.error,
+                                             &round.ping_ab.error, &round.ping_ba.error}) {
                     if (err.empty()) err = *e;
                 }
                 if (!err.empty()) all_ok = false;
@@ -292,7 +320,7 @@ void add_bench_relay(CLI::App& bench) {
                 runs[ci].push_back(std::move(round));
             }
         }
-        if (bench::abort_requested()) throw std::runtime_error("interrupted; namespaces removed");
+        if (lab::abort_requested()) throw std::runtime_error("interrupted; namespaces removed");
 
         const auto med = [&](std::size_t ci, const Getter& g) { return stat_over(runs[ci], g); };
         std::printf("\nRelay between two namespaces, medians of %d (min-max)\n%-22s", o->repeat, "");
@@ -321,7 +349,7 @@ void add_bench_relay(CLI::App& bench) {
                 0, false);
         }
         if (!o->skip_latency) {
-            using S = bench::SockperfResult;
+            using S = lab::SockperfReport;
             for (const auto& proto_member : {std::pair{"UDP", &Round::udp}, std::pair{"TCP", &Round::tcp}}) {
                 const char* proto = proto_member.first;
                 const auto member = proto_member.second;  // clang 14 cannot capture a binding
@@ -335,15 +363,30 @@ void add_bench_relay(CLI::App& bench) {
                 row(std::string(proto) + " 64B p99 us", sp(&S::p99_us), 1, false);
                 row(std::string(proto) + " 64B p99.9 us", sp(&S::p999_us), 1, false);
             }
-            using P = bench::PingResult;
-            const auto pg = [](double P::*field) -> Getter {
-                return [field](const Round& r) -> std::optional<double> {
-                    return r.ping.v ? std::optional((*r.ping.v).*field) : std::nullopt;
+            using P = lab::PingReport;
+            for (const auto& dir_member :
+                 {std::pair{"A>B", &Round::ping_ab}, std::pair{"B>A", &Round::ping_ba}}) {
+                const std::string dir = dir_member.first;
+                const auto member = dir_member.second;
+                // rtt figures only from runs where something came back; loss from every run.
+                const auto pg = [member](double P::*field, bool needs_rtt) -> Getter {
+                    return [member, field, needs_rtt](const Round& r) -> std::optional<double> {
+                        const auto& c = r.*member;
+                        if (!c.v || (needs_rtt && !c.v->has_rtt)) return std::nullopt;
+                        return (*c.v).*field;
+                    };
                 };
-            };
-            row("ping rtt min ms", pg(&P::min_ms), 3, false);
-            row("ping rtt avg ms", pg(&P::avg_ms), 3, false);
-            row("ping rtt max ms", pg(&P::max_ms), 3, false);
+                row("ping " + dir + " min ms", pg(&P::min_ms, true), 3, false);
+                row("ping " + dir + " avg ms", pg(&P::avg_ms, true), 3, false);
+                row("ping " + dir + " max ms", pg(&P::max_ms, true), 3, false);
+                row("ping " + dir + " mdev ms", pg(&P::mdev_ms, true), 3, false);
+                row("ping " + dir + " loss %", pg(&P::loss_pct, false), 1, false);
+            }
+        }
+        if (!o->skip_latency) {
+            std::printf("ping A>B: namespace A (the relay's guest tap) pings B (its host tap); "
+                        "B>A the other way; %u each, -i %.1f\n",
+                        o->ping_count, kPingIntervalS);
         }
         // The issue's goals are ratios of 1-flow throughput against plain and veth.
         const Getter first_gbps = [](const Round& r) -> std::optional<double> {
@@ -383,6 +426,7 @@ void add_bench_relay(CLI::App& bench) {
             j["seconds"] = o->seconds;
             j["latency_seconds"] = o->latency_seconds;
             j["ping_count"] = o->ping_count;
+            j["ping_interval_s"] = kPingIntervalS;
             j["flows"] = o->flows;
             j["cpu_source"] =
                 "relay process, all threads: /proc/<pid>/task/*/schedstat run time x rdtsc rate, "

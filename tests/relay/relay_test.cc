@@ -109,7 +109,7 @@ protected:
     void SetUp() override {
         ASSERT_EQ(geteuid(), 0u) << "relay tests need root (CAP_NET_ADMIN) to create network "
                                     "namespaces and taps; run them as root";
-        remove_stale_netns();
+        lab::remove_stale_netns(kRelayNetnsPrefix);
         static int n = 0;
         RelayVariant v{GetParam().name, false, GetParam().flags};
         std::string tag = "t";
@@ -131,10 +131,13 @@ protected:
 };
 
 TEST_P(RelayPath, PingCrossesAndReturns) {
-    auto r = run_ping(*bed_, 50, 0.01);
-    ASSERT_TRUE(r.has_value()) << r.error();
-    EXPECT_EQ(r->transmitted, 50u);
-    EXPECT_EQ(r->received, 50u);
+    for (PingFrom from : {PingFrom::A, PingFrom::B}) {
+        auto r = run_ping(*bed_, from, 50, 0.01);
+        ASSERT_TRUE(r.has_value()) << r.error();
+        EXPECT_EQ(r->transmitted, 50u);
+        EXPECT_EQ(r->received, 50u);
+        EXPECT_TRUE(r->has_rtt);
+    }
 }
 
 TEST_P(RelayPath, Iperf3GigabyteCompletes) {
@@ -160,7 +163,7 @@ TEST_P(RelayPath, HundredFlowsThenPing) {
     // buffers can hold more than kInFlightBytes when iperf3 stops), and the
     // ping below shows the path still carries traffic.
     EXPECT_GT(r->received_bytes, 0u);
-    auto p = run_ping(*bed_, 20, 0.01);
+    auto p = run_ping(*bed_, PingFrom::A, 20, 0.01);
     ASSERT_TRUE(p.has_value()) << p.error();
     EXPECT_EQ(p->received, 20u);
 }

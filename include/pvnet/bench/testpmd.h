@@ -34,7 +34,7 @@ struct TestpmdResult {
 bool testpmd_available(const std::string& testpmd = "dpdk-testpmd") noexcept;
 
 /// Sets up hugepages if needed (root: mounts hugetlbfs at /dev/hugepages and
-/// raises the 2 MiB pool; these are left in place), starts the pair, measures,
+/// raises the 2 MiB pool; both undone after the run, lab/hugepages.h), starts the pair, measures,
 /// stops both processes (always: quit, then SIGTERM, then SIGKILL, each wait
 /// bounded; the children also get SIGKILL if the calling thread dies), and
 /// removes the socket, the hugepage files and the DPDK runtime directories.
