@@ -21,20 +21,13 @@
 #include <thread>
 
 #include "pvnet/backend/vhost_net.h"
+#include "pvnet/util/clock.h"
 #include "vhost_net_harness.h"
 
 namespace pvnet::backend {
 namespace {
 
 using namespace harness;  // NOLINT(google-build-using-namespace): the test bench
-
-uint64_t thread_cpu_ns(pthread_t t) {
-    clockid_t c;
-    if (pthread_getcpuclockid(t, &c) != 0) return 0;
-    timespec ts{};
-    clock_gettime(c, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 /// Worker CPU time over `seconds` of wall time, as a fraction.
 double worker_cpu_share(NetDevice& dev, double seconds) {
