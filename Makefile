@@ -4,7 +4,8 @@
 #   make test       deps, all builds, ctest (release, asan), fuzz each target
 #   make run        deps, release build, then $(RUN_CMD)
 #   make deps       install missing Debian packages (no-op when all present)
-#   make bench-relay the relay experiment into $(BENCH_OUT) (root)
+#   make bench      every experiment the docs show into results/<date>-<commit>/, docs re-rendered
+#                   (root; QUICK=1: a short smoke run, docs untouched)
 #
 # Variables (override on the command line, e.g. `make test FUZZ_SECONDS=10`):
 #   FUZZ_SECONDS    seconds per fuzz target in `make test` (default 45: 7 targets)
@@ -37,15 +38,15 @@ DEB_PACKAGES := build-essential cmake ninja-build g++ clang-14 libclang-rt-14-de
                 libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev \
                 libfmt-dev liburing-dev pkg-config \
                 iproute2 iperf3 iputils-ping ethtool
-# Only the benches need these: DPDK's testpmd (the PVP baseline), gnuplot, and
-# sockperf (`make bench-relay`, which uses iperf3 and ping as well).
-BENCH_PACKAGES := dpdk dpdk-dev gnuplot-nox sockperf iperf3 iputils-ping
+# Only the benches need these: DPDK's testpmd (the PVP baseline), gnuplot, sockperf
+# (the relay bench, which uses iperf3 and ping as well), python3 (tools/render_tables.py).
+BENCH_PACKAGES := dpdk dpdk-dev gnuplot-nox sockperf iperf3 iputils-ping python3
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 # --no-tests=error: a run that selects nothing (a renamed label, an empty build) fails.
 CTEST := ctest --output-on-failure --no-tests=error --timeout $(CTEST_TIMEOUT) -j $(JOBS)
 
-.PHONY: all deps bench-deps bench bench-relay build release asan tsan fuzz test test-release test-asan test-tsan test-fuzz run clean
+.PHONY: all deps bench-deps bench build release asan tsan fuzz test test-release test-asan test-tsan test-fuzz run clean
 
 all: build
 
@@ -144,23 +145,25 @@ test-fuzz:
 run: release
 	$(RUN_CMD)
 
-# The experiments behind the README's tables (root: testpmd needs hugepages).
-# JSON lands in $(BENCH_OUT)/; each command runs in its own boosted autogroup.
-BENCH_OUT ?= out
-PVNET     := ./$(BUILD_ROOT)/release/src/app/pvnet
+# Every experiment the docs show (tools/bench.sh, root: testpmd needs hugepages, the
+# relay namespaces), into results/<date>-<commit>/, then the docs' tables and plots
+# re-rendered from it (tools/render_tables.py). QUICK=1: one short round of each into
+# $(BUILD_ROOT)/bench-quick/, docs untouched — a smoke check.
+QUICK       ?=
+BENCH_STAMP := $(shell date -u +%F)-$(shell git rev-parse --short=7 HEAD 2>/dev/null || echo nogit)
+BENCH_OUT   ?= $(if $(QUICK),$(BUILD_ROOT)/bench-quick/$(BENCH_STAMP),results/$(BENCH_STAMP))
+DOC_PAGES   := README.md $(wildcard docs/*.md)
+PVNET       := ./$(BUILD_ROOT)/release/src/app/pvnet
 bench: release bench-deps
-	mkdir -p $(BENCH_OUT)
-	setsid -w $(PVNET) bench pvp --json $(BENCH_OUT)/pvp-event.json --plot $(BENCH_OUT)/pvp-event.png
-	setsid -w $(PVNET) bench pvp --mode poll --frame-bytes 64 --weights baseline,256 \
-	    --testpmd --json $(BENCH_OUT)/pvp-poll.json --plot $(BENCH_OUT)/pvp-poll.png
-	setsid -w $(PVNET) bench fairness --json $(BENCH_OUT)/fairness.json
-
-# veth vs the plain tun relay vs the pvnet relay variants (issue 5, seed 002):
-# iperf3, sockperf and ping between two namespaces; root.
-bench-relay: release bench-deps
-	mkdir -p $(BENCH_OUT)
-	setsid -w $(PVNET) bench relay --repeat 3 --json $(BENCH_OUT)/relay.json \
-	    --plot $(BENCH_OUT)/relay
+	PVNET=$(PVNET) tools/bench.sh $(BENCH_OUT) $(if $(QUICK),quick)
+ifeq ($(QUICK),)
+	python3 tools/render_tables.py --results $(BENCH_OUT) $(DOC_PAGES)
+else
+	@# The renderers run on the quick data too, into a preview copy of the pages.
+	rm -rf $(BENCH_OUT)/preview && mkdir -p $(BENCH_OUT)/preview && cp $(DOC_PAGES) $(BENCH_OUT)/preview/
+	python3 tools/render_tables.py --results $(BENCH_OUT) $(BENCH_OUT)/preview/*.md
+	@echo "bench: quick run in $(BENCH_OUT); docs rendered from it in $(BENCH_OUT)/preview/"
+endif
 
 clean:
 	rm -rf $(BUILD_ROOT)

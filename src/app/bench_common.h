@@ -35,6 +35,14 @@ double median_of(const std::vector<Run>& runs, F field) {
     return stat_of(v).median;
 }
 
+/// Largest value of one field over runs (a true maximum, not a median of maxima).
+template <typename Run, typename F>
+double max_of(const std::vector<Run>& runs, F field) {
+    double m = 0;
+    for (const auto& r : runs) m = std::max(m, field(r));
+    return m;
+}
+
 /// "baseline": the kernel before seed 001 (rx: byte weight only; tx: 2 ×
 /// queue size packets). "none": no packet limit either way. N: both N.
 struct WeightRow {

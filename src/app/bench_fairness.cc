@@ -10,7 +10,10 @@
 
 #include "app_commands.h"
 #include "bench_common.h"
+#include "bench_meta.h"
+#include "cli_checks.h"
 #include "pvnet/bench/fairness.h"
+#include "pvnet/virtio/virtio_ring.h"
 
 namespace pvnet::app {
 
@@ -29,18 +32,27 @@ void add_bench_fairness(CLI::App& bench) {
     auto o = std::make_shared<Opts>();
     CLI::App* cmd = bench.add_subcommand(
         "fairness", "rx flood of 64-byte frames vs the guest's paced tx stream on one worker");
-    cmd->add_option("--queue-sizes", o->queues, "ring sizes")->delimiter(',');
+    cmd->add_option("--queue-sizes", o->queues, "ring sizes (power of two)")
+        ->delimiter(',')
+        ->check(checks::PowerOfTwo(checks::kMinQueueSize, virtio::kMaxQueueSize));
     cmd->add_option("--weights", o->weights,
                     "packet weights: baseline (rx unlimited, tx 2×queue), none, or N")
-        ->delimiter(',');
-    cmd->add_option("--byte-weight", o->byte_weight, "byte weight (0: none)");
-    cmd->add_option("--tx-pps", o->tx_pps, "the guest's tx rate")->check(CLI::Range(1u, 5'000'000u));
-    cmd->add_option("--mode", o->mode, "event or poll")->check(CLI::IsMember({"event", "poll"}));
-    cmd->add_option("--repeat", o->repeat, "rounds")->check(CLI::Range(1, 1000));
-    cmd->add_option("--seconds", o->seconds, "measured seconds per run")->check(CLI::Range(0.05, 600.0));
-    cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of the vhost worker (-1: any)");
-    cmd->add_option("--frontend-cpu", o->frontend_cpu, "CPU of the guest thread (-1: any)");
-    cmd->add_option("--json", o->json, "write all runs and medians to this file");
+        ->delimiter(',')
+        ->check(checks::PktWeight());
+    cmd->add_option("--byte-weight", o->byte_weight, "byte weight (0: none)")
+        ->check(checks::Int(0u, UINT32_MAX, "0: none"));
+    cmd->add_option("--tx-pps", o->tx_pps, "the guest's tx rate")
+        ->check(checks::Int(1u, 5'000'000u));
+    cmd->add_option("--mode", o->mode, "event or poll")->check(checks::OneOf({"event", "poll"}));
+    cmd->add_option("--repeat", o->repeat, "rounds")->check(checks::Int(1, 1000));
+    cmd->add_option("--seconds", o->seconds, "measured seconds per run")
+        ->check(checks::Real(0.05, 600.0));
+    cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of the vhost worker (-1: any)")
+        ->check(checks::Cpu());
+    cmd->add_option("--frontend-cpu", o->frontend_cpu, "CPU of the guest thread (-1: any)")
+        ->check(checks::Cpu());
+    cmd->add_option("--json", o->json, "write all runs and medians to this file")
+        ->check(checks::OutputPath());
 
     cmd->callback([o] {
         boost_autogroup();
@@ -77,10 +89,11 @@ void add_bench_fairness(CLI::App& bench) {
         }
         std::fprintf(stderr, "\n");
         std::printf("\nFairness: rx flood of 64-byte frames + guest tx stream at %u pps, %s mode; "
-                    "medians of %d (tx latency = guest xmit → handle_tx)\n",
+                    "medians of %d (tx latency = guest xmit → handle_tx; max = the largest "
+                    "over all runs)\n",
                     o->tx_pps, o->mode.c_str(), o->repeat);
         std::printf("%-6s %-12s %10s %10s %9s %11s %11s %11s %11s %9s\n", "queue", "weight",
-                    "tx sent/s", "tx done/s", "rx Mpps", "p50 us", "p99 us", "max us",
+                    "tx sent/s", "tx done/s", "rx Mpps", "p50 us", "p99 us", "max us all",
                     "p99 range", "rxreq/k");
         for (const Cell& c : cells) {
             auto med = [&](auto f) { return median_of(c.runs, f); };
@@ -94,12 +107,15 @@ void add_bench_fairness(CLI::App& bench) {
                         med([](const auto& r) { return r.tx_delivered_pps; }),
                         med([](const auto& r) { return r.rx_mpps; }),
                         med([](const auto& r) { return r.lat_p50_us; }), s.median,
-                        med([](const auto& r) { return r.lat_max_us; }), range,
+                        max_of(c.runs, [](const auto& r) { return r.lat_max_us; }), range,
                         med([](const auto& r) { return r.rx_requeue_per_kpkt; }));
         }
         if (!o->json.empty()) {
             nlohmann::json j;
+            j["meta"] = bench_meta();
             j["experiment"] = "fairness";
+            j["seconds"] = o->seconds;
+            j["byte_weight"] = o->byte_weight;
             j["mode"] = o->mode;
             j["tx_pps"] = o->tx_pps;
             j["repeat"] = o->repeat;

@@ -13,8 +13,12 @@
 
 #include "app_commands.h"
 #include "bench_common.h"
+#include "bench_meta.h"
+#include "cli_checks.h"
 #include "pvnet/bench/pvp.h"
 #include "pvnet/bench/testpmd.h"
+#include "pvnet/port/gen_port.h"
+#include "pvnet/virtio/virtio_ring.h"
 
 namespace pvnet::app {
 
@@ -36,31 +40,46 @@ void add_bench_pvp(CLI::App& bench) {
     };
     auto o = std::make_shared<Opts>();
     CLI::App* cmd = bench.add_subcommand("pvp", "PVP loop: generator → rx ring → guest forward → tx ring → sink");
-    cmd->add_option("--frame-bytes", o->frames, "frame sizes, 64..1518")->delimiter(',');
-    cmd->add_option("--queue-sizes", o->queues, "ring sizes (power of two)")->delimiter(',');
+    cmd->add_option("--frame-bytes", o->frames, "frame sizes (the generator's range)")
+        ->delimiter(',')
+        ->check(checks::Int(port::kMinFrameBytes, port::kMaxFrameBytes));
+    cmd->add_option("--queue-sizes", o->queues, "ring sizes (power of two)")
+        ->delimiter(',')
+        ->check(checks::PowerOfTwo(checks::kMinQueueSize, virtio::kMaxQueueSize));
     cmd->add_option("--weights", o->weights,
                     "packet weights: baseline (rx unlimited, tx 2×queue), none, or N")
-        ->delimiter(',');
-    cmd->add_option("--byte-weight", o->byte_weight, "byte weight (0: none)");
-    cmd->add_option("--mode", o->mode, "event or poll")->check(CLI::IsMember({"event", "poll"}));
-    cmd->add_option("--repeat", o->repeat, "rounds (each runs every cell once)")->check(CLI::Range(1, 1000));
-    cmd->add_option("--seconds", o->seconds, "measured seconds per run")->check(CLI::Range(0.01, 600.0));
-    cmd->add_option("--warmup", o->warmup, "seconds before measuring")->check(CLI::Range(0.0, 60.0));
+        ->delimiter(',')
+        ->check(checks::PktWeight());
+    cmd->add_option("--byte-weight", o->byte_weight, "byte weight (0: none)")
+        ->check(checks::Int(0u, UINT32_MAX, "0: none"));
+    cmd->add_option("--mode", o->mode, "event or poll")->check(checks::OneOf({"event", "poll"}));
+    cmd->add_option("--repeat", o->repeat, "rounds (each runs every cell once)")
+        ->check(checks::Int(1, 1000));
+    cmd->add_option("--seconds", o->seconds, "measured seconds per run")
+        ->check(checks::Real(0.01, 600.0));
+    cmd->add_option("--warmup", o->warmup, "seconds before measuring")
+        ->check(checks::Real(0.0, 60.0));
     cmd->add_flag("--no-event-idx", o->no_event_idx, "do not negotiate VIRTIO_RING_F_EVENT_IDX");
-    cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of the vhost worker (-1: any)");
-    cmd->add_option("--frontend-cpu", o->frontend_cpu, "CPU of the guest thread (-1: any)");
-    cmd->add_option("--json", o->json, "write all runs and medians to this file");
+    cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of the vhost worker (-1: any)")
+        ->check(checks::Cpu());
+    cmd->add_option("--frontend-cpu", o->frontend_cpu, "CPU of the guest thread (-1: any)")
+        ->check(checks::Cpu());
+    cmd->add_option("--json", o->json, "write all runs and medians to this file")
+        ->check(checks::OutputPath());
     cmd->add_option("--plot", o->plot,
-                    "PNG: Mpps vs queue size, a line per weight, a panel per frame size");
+                    "PNG: Mpps vs queue size, a line per weight, a panel per frame size")
+        ->check(checks::OutputPath())
+        ->check(checks::NeedsTool("gnuplot", "apt-get install gnuplot-nox"));
     cmd->add_flag("--testpmd", o->testpmd,
                   "baseline: DPDK testpmd's virtio-user (io) <-> vhost (macswap) loop, run once "
                   "per round and queue size before pvnet's cells (root, hugepages, dpdk-dev)");
 
     cmd->callback([o] {
-        boost_autogroup();
         if (o->testpmd && !bench::testpmd_available()) {
-            throw std::runtime_error("--testpmd: dpdk-testpmd not found (apt-get install dpdk-dev)");
+            throw CLI::ValidationError("--testpmd",
+                                       "dpdk-testpmd not found (apt-get install dpdk-dev)");
         }
+        boost_autogroup();
         // testpmd baseline per queue size, one entry per round.
         std::map<uint16_t, std::vector<bench::TestpmdResult>> baseline;
         struct Cell {
@@ -193,6 +212,7 @@ void add_bench_pvp(CLI::App& bench) {
 
         if (!o->json.empty()) {
             nlohmann::json j;
+            j["meta"] = bench_meta();
             j["experiment"] = "pvp";
             j["mode"] = o->mode;
             j["event_idx"] = !o->no_event_idx;

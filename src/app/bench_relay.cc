@@ -20,6 +20,8 @@
 
 #include "app_commands.h"
 #include "bench_common.h"
+#include "bench_meta.h"
+#include "cli_checks.h"
 #include "pvnet/bench/relay_bench.h"
 
 namespace pvnet::app {
@@ -55,18 +57,6 @@ template <typename T>
 Cell<T> cell_of(Result<T, std::string> r) {
     if (r) return {std::move(r.value()), {}};
     return {std::nullopt, r.error()};
-}
-
-bool tool_in_path(const std::string& tool) {
-    const char* path = std::getenv("PATH");
-    std::string p = path ? path : "/usr/bin:/bin";
-    for (std::size_t from = 0;;) {
-        const std::size_t colon = p.find(':', from);
-        const std::string dir = p.substr(from, colon - from);
-        if (!dir.empty() && ::access((dir + "/" + tool).c_str(), X_OK) == 0) return true;
-        if (colon == std::string::npos) return false;
-        from = colon + 1;
-    }
 }
 
 std::string self_exe() {
@@ -224,22 +214,26 @@ void add_bench_relay(CLI::App& bench) {
                  "between two namespaces (root)");
     cmd->add_option("--flows", o->flows, "iperf3 parallel streams, one run each")
         ->delimiter(',')
-        ->check(CLI::Range(1, 128));
+        ->check(checks::Int(uint16_t{1}, uint16_t{128}));  // iperf3 -P's limit
     cmd->add_option("--variants", o->variants,
                     "relay columns after veth and plain: plain-nooff, napi, napi+at-rx, "
                     "napi+coalesce, napi+direct, napi+direct+spin")
-        ->delimiter(',');
-    cmd->add_option("--repeat", o->repeat, "rounds")->check(CLI::Range(1, 100));
-    cmd->add_option("--seconds", o->seconds, "seconds per iperf3 run")->check(CLI::Range(1.0, 600.0));
+        ->delimiter(',')
+        ->check(checks::RelayVariant());
+    cmd->add_option("--repeat", o->repeat, "rounds")->check(checks::Int(1, 100));
+    cmd->add_option("--seconds", o->seconds, "seconds per iperf3 run")
+        ->check(checks::Real(1.0, 600.0));
     cmd->add_option("--latency-seconds", o->latency_seconds, "seconds per sockperf run")
-        ->check(CLI::Range(1.0, 600.0));
+        ->check(checks::Real(1.0, 600.0));
     cmd->add_option("--ping-count", o->ping_count, "pings at 10 ms intervals")
-        ->check(CLI::Range(1u, 100000u));
+        ->check(checks::Int(1u, 100000u));
     cmd->add_flag("--skip-veth", o->skip_veth, "no veth column");
     cmd->add_flag("--skip-plain", o->skip_plain, "no plain tun relay column");
     cmd->add_flag("--skip-latency", o->skip_latency, "iperf3 only (no sockperf, no ping)");
-    cmd->add_option("--json", o->json, "write every run to this file");
-    cmd->add_option("--plot", o->plot, "write PREFIX-throughput.png and PREFIX-latency.png");
+    cmd->add_option("--json", o->json, "write every run to this file")->check(checks::OutputPath());
+    cmd->add_option("--plot", o->plot, "write PREFIX-throughput.png and PREFIX-latency.png")
+        ->check(checks::OutputPath())
+        ->check(checks::NeedsTool("gnuplot", "apt-get install gnuplot-nox"));
 
     cmd->callback([o] {
         if (::geteuid() != 0) {
@@ -248,7 +242,7 @@ void add_bench_relay(CLI::App& bench) {
         std::vector<std::string> tools = {"ip", "iperf3"};
         if (!o->skip_latency) tools.insert(tools.end(), {"sockperf", "ping"});
         for (const auto& t : tools) {
-            if (!tool_in_path(t)) {
+            if (!checks::tool_in_path(t)) {
                 throw std::runtime_error(t + " not found (make bench-deps installs it)");
             }
         }
@@ -383,6 +377,7 @@ void add_bench_relay(CLI::App& bench) {
 
         if (!o->json.empty()) {
             nlohmann::json j;
+            j["meta"] = bench_meta();
             j["experiment"] = "relay";
             j["repeat"] = o->repeat;
             j["seconds"] = o->seconds;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "app_commands.h"
+#include "bench_meta.h"
 
 namespace pvnet::app {
 namespace {
@@ -28,6 +29,7 @@ void add_version_command(CLI::App& app) {
 }  // namespace
 
 int run(int argc, char** argv) {
+    set_command_line(argc, argv);
     CLI::App app{"pvnet: a userspace virtio-net datapath (frontend, vhost-style backend, ports)",
                  "pvnet"};
     app.set_version_flag("--version", version_string());

@@ -25,9 +25,12 @@
 #include <utility>
 
 #include "app_commands.h"
+#include "cli_checks.h"
+#include "pvnet/backend/ctrl_queue.h"
 #include "pvnet/backend/vhost_net.h"
 #include "pvnet/relay/plain_relay.h"
 #include "pvnet/relay/ring_relay.h"
+#include "pvnet/virtio/virtio_ring.h"
 
 namespace pvnet::app {
 namespace {
@@ -254,56 +257,82 @@ void add_relay_command(CLI::App& app) {
     auto o = std::make_shared<RelayOptions>();
     CLI::App* cmd = app.add_subcommand(
         "relay", "Relay frames between tap A (guest side) and tap B (host side); root needed");
+    using checks::Int;
+    constexpr uint32_t kMaxUsecs = backend::kNotfCoalMaxUsecs;
+    constexpr uint32_t kMaxFrames = backend::kNotfCoalMaxPackets;
+    constexpr uint32_t kMaxWeight = 1'000'000;
     cmd->add_option("--guest-tap", o->guest_tap, "tap A: created, or attached to if it exists")
-        ->required();
+        ->required()
+        ->check(checks::IfName());
     cmd->add_option("--host-tap", o->host_tap, "tap B: created, or attached to if it exists")
-        ->required();
-    cmd->add_option("--guest-netns", o->guest_netns, "existing namespace of tap A (ip netns name)");
-    cmd->add_option("--host-netns", o->host_netns, "existing namespace of tap B (ip netns name)");
+        ->required()
+        ->check(checks::IfName());
+    cmd->add_option("--guest-netns", o->guest_netns, "existing namespace of tap A (ip netns name)")
+        ->check(checks::Netns());
+    cmd->add_option("--host-netns", o->host_netns, "existing namespace of tap B (ip netns name)")
+        ->check(checks::Netns());
     cmd->add_flag("--plain", o->plain,
                   "the plain tun relay: one thread, poll + read + write per frame (the baseline)");
     // The ring relay's options; the plain relay rejects them rather than ignore them.
     CLI::Option* ring_opts[] = {
         cmd->add_option("--tx-mode", o->tx_mode, "guest tx completion: napi or free-on-xmit")
-            ->check(CLI::IsMember({"napi", "free-on-xmit"})),
+            ->check(checks::OneOf({"napi", "free-on-xmit"})),
         cmd->add_flag("--at-rx", o->at_rx, "guest reaps tx completions from rx NAPI"),
-        cmd->add_option("--tx-frames", o->tx_frames, "tx completions per interrupt (0: off)"),
-        cmd->add_option("--tx-usecs", o->tx_usecs, "tx interrupt delay, us (0: off)"),
-        cmd->add_option("--rx-frames", o->rx_frames, "rx packets per interrupt (0: off)"),
-        cmd->add_option("--rx-usecs", o->rx_usecs, "rx interrupt delay, us (0: off)"),
-        cmd->add_option("--busyloop-usecs", o->busyloop_usecs, "backend spins before sleeping, us"),
-        cmd->add_option("--tx-weight", o->tx_weight, "handle_tx packets per run (0: no limit)"),
-        cmd->add_option("--rx-weight", o->rx_weight, "handle_rx packets per run (0: no limit)"),
-        cmd->add_option("--tx-weight-bytes", o->tx_weight_bytes, "handle_tx bytes per run (0: no limit)"),
-        cmd->add_option("--rx-weight-bytes", o->rx_weight_bytes, "handle_rx bytes per run (0: no limit)"),
-        cmd->add_option("--busy-poll-usecs", o->busy_poll_usecs, "guest spins on rx, us"),
+        cmd->add_option("--tx-frames", o->tx_frames, "tx completions per interrupt (0: off)")
+            ->check(Int(0u, kMaxFrames, "0: off")),
+        cmd->add_option("--tx-usecs", o->tx_usecs, "tx interrupt delay, us (0: off)")
+            ->check(Int(0u, kMaxUsecs, "0: off")),
+        cmd->add_option("--rx-frames", o->rx_frames, "rx packets per interrupt (0: off)")
+            ->check(Int(0u, kMaxFrames, "0: off")),
+        cmd->add_option("--rx-usecs", o->rx_usecs, "rx interrupt delay, us (0: off)")
+            ->check(Int(0u, kMaxUsecs, "0: off")),
+        cmd->add_option("--busyloop-usecs", o->busyloop_usecs, "backend spins before sleeping, us")
+            ->check(Int(0u, kMaxUsecs)),
+        cmd->add_option("--tx-weight", o->tx_weight, "handle_tx packets per run (0: no limit)")
+            ->check(Int(0u, kMaxWeight, "0: no limit")),
+        cmd->add_option("--rx-weight", o->rx_weight, "handle_rx packets per run (0: no limit)")
+            ->check(Int(0u, kMaxWeight, "0: no limit")),
+        cmd->add_option("--tx-weight-bytes", o->tx_weight_bytes, "handle_tx bytes per run (0: no limit)")
+            ->check(Int(0u, UINT32_MAX, "0: no limit")),
+        cmd->add_option("--rx-weight-bytes", o->rx_weight_bytes, "handle_rx bytes per run (0: no limit)")
+            ->check(Int(0u, UINT32_MAX, "0: no limit")),
+        cmd->add_option("--busy-poll-usecs", o->busy_poll_usecs, "guest spins on rx, us")
+            ->check(Int(0u, kMaxUsecs)),
         cmd->add_flag("--direct,!--no-direct", o->direct,
                       "small batches run the backend's tx in the guest's context (default on)"),
         cmd->add_option("--direct-max", o->direct_max, "largest batch sent the direct way")
-            ->check(CLI::Range(1u, 256u)),
+            ->check(Int(1u, 256u)),
         cmd->add_option("--direct-spin-usecs", o->direct_spin_usecs,
                         "after a direct transmit, spin on rx this long for the answer, us")
-            ->check(CLI::Range(0u, 10000u)),
+            ->check(Int(0u, 10000u)),
         cmd->add_option("--queue-size", o->queue_size, "virtqueue size (power of two)")
-            ->check(CLI::Range(64, 1024)),
-        cmd->add_option("--guest-cpu", o->guest_cpu, "CPU of the guest thread (-1: any)"),
+            ->check(checks::PowerOfTwo(checks::kMinQueueSize, virtio::kMaxQueueSize)),
+        cmd->add_option("--guest-cpu", o->guest_cpu, "CPU of the guest thread (-1: any)")
+            ->check(checks::Cpu()),
     };
     cmd->add_option("--offloads", o->offloads,
                     "on: TUNSETOFFLOAD CSUM|TSO4|TSO6 on both taps (GSO frames pass); off: none")
-        ->check(CLI::IsMember({"on", "off"}));
+        ->check(checks::OneOf({"on", "off"}));
     cmd->add_option("--backend-cpu", o->backend_cpu,
-                    "CPU of the backend thread, or of the --plain relay's one thread (-1: any)");
+                    "CPU of the backend thread, or of the --plain relay's one thread (-1: any)")
+        ->check(checks::Cpu());
     cmd->add_option("--stats-interval", o->stats_interval, "seconds between stats lines (0: none)")
-        ->check(CLI::Range(0.0, 3600.0));
+        ->check(checks::Real(0.0, 3600.0, "0: none"));
 
     cmd->callback([o, ring_opts] {
+        // Checks across options, before anything opens: CLI11's errors, so the same exit code.
+        if (o->guest_tap == o->host_tap && o->guest_netns == o->host_netns) {
+            throw CLI::ValidationError("--host-tap", checks::must_be(o->host_tap,
+                "another tap than --guest-tap when both are in the same namespace"));
+        }
         if (!o->plain) {
             run_ring(*o);
             return;
         }
         for (const CLI::Option* opt : ring_opts) {
             if (opt->count() != 0) {
-                throw std::runtime_error(opt->get_name() + " applies to the ring relay, not --plain");
+                throw CLI::ValidationError(opt->get_name(),
+                                           "applies to the ring relay, not --plain");
             }
         }
         run_plain(*o);

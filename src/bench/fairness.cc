@@ -12,6 +12,7 @@
 #include "pvnet/port/gen_loop_port.h"
 #include "pvnet/util/thread.h"
 #include "pvnet/util/clock.h"
+#include "pvnet/bench/open_loop.h"
 #include "pvnet/pair/guest_pair.h"
 
 namespace pvnet::bench {
@@ -115,7 +116,6 @@ FairnessResult run_fairness(const FairnessConfig& cfg) noexcept {
     std::atomic<bool> stop_tx{false}, stop_guest{false};
     std::atomic<uint64_t> sent{0};
     uint64_t stalls = 0;
-    const uint64_t interval_ns = 1'000'000'000u / cfg.tx_pps;
     const bool poll_mode = cfg.mode == backend::RunMode::Poll;
     std::thread guest_thread([&] {
         pin_current_thread(cfg.frontend_cpu);
@@ -124,7 +124,9 @@ FairnessResult run_fairness(const FairnessConfig& cfg) noexcept {
         constexpr uint32_t kHdr = port::GenLoopPort::kHdrBytes;
         guest.try_fill_recv();
         uint64_t seq = 0;
-        uint64_t next = now_ns();
+        // Open loop: a frame that could not leave at its planned time
+        // (no buffer) leaves as soon as one is free, never skipped.
+        OpenLoopSchedule sched(cfg.tx_pps, now_ns());
         while (!stop_guest.load(std::memory_order_relaxed)) {
             guest.free_old_xmit();
             // The flood is only consumed: the buffer goes straight back.
@@ -133,7 +135,7 @@ FairnessResult run_fairness(const FairnessConfig& cfg) noexcept {
             if (n != 0) guest.try_fill_recv();
             uint64_t t = now_ns();
             uint32_t queued = 0;
-            while (!stop_tx.load(std::memory_order_relaxed) && t >= next && seq < max_frames &&
+            while (!stop_tx.load(std::memory_order_relaxed) && sched.due(t) && seq < max_frames &&
                    queued < frontend::kNapiBudget) {
                 uint32_t id;
                 if (!guest.alloc_buf(id)) {
@@ -148,7 +150,7 @@ FairnessResult run_fairness(const FairnessConfig& cfg) noexcept {
                 guest.xmit(id, len + kHdr);
                 ++seq;
                 ++queued;
-                next += interval_ns;
+                sched.take();
             }
             if (queued != 0) {
                 guest.tx_flush();
@@ -156,6 +158,7 @@ FairnessResult run_fairness(const FairnessConfig& cfg) noexcept {
             }
             if (!poll_mode && n < frontend::kNapiBudget && guest.napi_complete()) {
                 t = now_ns();
+                const uint64_t next = sched.planned(sched.next());
                 const int64_t wait_us = next > t ? static_cast<int64_t>((next - t) / 1000) : 0;
                 guest.wait_rx(std::min<int64_t>(wait_us, 1000));
             }

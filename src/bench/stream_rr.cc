@@ -3,6 +3,7 @@
 #include "pvnet/bench/stream_rr.h"
 
 #include <poll.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "pvnet/bench/open_loop.h"
 #include "pvnet/bench/pvp.h"
 #include "pvnet/frontend/flow.h"
 #include "pvnet/port/echo_port.h"
@@ -38,6 +40,17 @@ uint16_t frame_flow(const std::byte* frame) noexcept {
         ((std::to_integer<unsigned>(frame[34]) << 8) | std::to_integer<unsigned>(frame[35])) -
         port::kUdpSrcPortBase);
 }
+
+uint64_t frame_seq(const std::byte* frame) noexcept {
+    uint64_t be;
+    std::memcpy(&be, frame + port::kSeqOffset, sizeof be);
+    return __builtin_bswap64(be);
+}
+
+// Requests one flow may have outstanding in the open loop: far above what
+// a run at any offered rate this bench reaches keeps in flight, and below
+// the server's response queue.
+constexpr uint32_t kMaxOutstanding = 256;
 
 }  // namespace
 
@@ -109,8 +122,8 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
         flows.push_back(std::make_unique<frontend::Flow>(cfg.sndbuf_bytes, release));
         gens.push_back(std::make_unique<port::FrameGen>(*fmt));
     }
-    std::vector<uint64_t> seq(cfg.flows, 0), sent_at(cfg.flows, 0);
-    std::vector<uint8_t> outstanding(cfg.flows, 0);
+    std::vector<uint64_t> seq(cfg.flows, 0);
+    std::vector<OutstandingRequests> outstanding(cfg.flows, OutstandingRequests(kMaxOutstanding));
     const double total_s = cfg.warmup_s + cfg.seconds + 1.0;
     std::vector<uint64_t> rtt_ns;  // guest-owned; read after join
     std::vector<uint64_t> rtt_at;  // when each sample completed
@@ -119,14 +132,26 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
         rtt_at.reserve(rtt_ns.capacity());
     }
     std::atomic<uint64_t> responses{0}, frames_sent{0};
+    // Open loop: requests due but not sent (read by the window's snapshots).
+    std::atomic<uint64_t> backlog{0};
+    uint64_t unmatched = 0;        // guest-owned; read after join
+    uint32_t max_outstanding = 0;  // guest-owned; read after join
+    // Open loop: how late each request left after its planned time.
+    std::vector<uint64_t> send_lag_ns, send_lag_at;  // guest-owned; read after join
     std::atomic<bool> stop{false};
-    const uint64_t rr_interval = cfg.rr_rate ? 1'000'000'000u / cfg.rr_rate : 0;
+    const bool paced = !stream && cfg.rr_rate != 0;
+    if (paced) {
+        send_lag_ns.reserve(static_cast<std::size_t>(cfg.rr_rate * total_s) + 1);
+        send_lag_at.reserve(send_lag_ns.capacity());
+    }
 
     std::thread guest_thread([&] {
         pin_current_thread(cfg.frontend_cpu);
+        // The open loop sleeps until each planned time: without this the
+        // kernel's default 50 us timer slack would be in every latency.
+        if (paced) prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
         guest.try_fill_recv();
-        uint64_t next_req = now_ns();
-        uint16_t rr_next_flow = 0;
+        OpenLoopSchedule sched(paced ? cfg.rr_rate : 1, now_ns());
         const uint32_t len = (stream ? kStreamFrame : kRrFrame) + kHdr;
         while (!stop.load(std::memory_order_relaxed)) {
             // Rx NAPI: ACKs and responses (and, with at-rx, tx completions).
@@ -135,14 +160,16 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
                                                   [&](uint32_t, std::byte* p, uint32_t l) {
                 if (!stream && l >= kHdr + port::kSeqOffset + 8) {
                     const uint16_t f = frame_flow(p + kHdr);
-                    if (f < cfg.flows && outstanding[f]) {
-                        outstanding[f] = 0;
+                    uint64_t sent_at;
+                    if (f < cfg.flows && outstanding[f].complete(frame_seq(p + kHdr), sent_at)) {
                         const uint64_t t = now_ns();
                         if (rtt_ns.size() < rtt_ns.capacity()) {
-                            rtt_ns.push_back(t - sent_at[f]);
+                            rtt_ns.push_back(t - sent_at);
                             rtt_at.push_back(t);
                         }
                         ++got;
+                    } else {
+                        ++unmatched;
                     }
                 }
                 return false;  // consumed: buffer back to the pool
@@ -153,7 +180,8 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
 
             // Transmit.
             uint32_t queued = 0;
-            auto send_one = [&](uint16_t f) -> bool {
+            // planned_ns: the open loop's planned time; 0: now (closed loop).
+            auto send_one = [&](uint16_t f, uint64_t planned_ns) -> bool {
                 if (!flows[f]->can_send(len)) return false;
                 uint32_t id;
                 if (!guest.alloc_buf(id)) return false;
@@ -166,7 +194,14 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
                     --seq[f];
                     return false;
                 }
-                sent_at[f] = t;
+                if (!stream) {
+                    outstanding[f].add(seq[f] - 1, planned_ns ? planned_ns : t);
+                    if (planned_ns && send_lag_ns.size() < send_lag_ns.capacity()) {
+                        send_lag_ns.push_back(t - std::min(t, planned_ns));
+                        send_lag_at.push_back(t);
+                    }
+                    max_outstanding = std::max(max_outstanding, outstanding[f].count());
+                }
                 ++queued;
                 return true;
             };
@@ -174,19 +209,24 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
                 // Round robin, one message's worth of frames per flow per turn.
                 const uint32_t per_turn = (kMessageBytes + kStreamFrame - 1) / kStreamFrame;
                 for (uint16_t f = 0; f < cfg.flows; ++f) {
-                    for (uint32_t k = 0; k < per_turn && send_one(f); ++k) {
+                    for (uint32_t k = 0; k < per_turn && send_one(f, 0); ++k) {
                     }
                 }
-            } else if (rr_interval == 0) {
+            } else if (!paced) {
                 for (uint16_t f = 0; f < cfg.flows; ++f) {
-                    if (!outstanding[f] && send_one(f)) outstanding[f] = 1;
+                    if (outstanding[f].count() == 0) send_one(f, 0);
                 }
             } else {
-                for (uint64_t t = now_ns(); t >= next_req; next_req += rr_interval) {
-                    const uint16_t f = rr_next_flow;
-                    rr_next_flow = static_cast<uint16_t>((rr_next_flow + 1) % cfg.flows);
-                    if (!outstanding[f] && send_one(f)) outstanding[f] = 1;
+                // Every due request leaves in order, flows round robin; one
+                // that cannot leave now (outstanding slots, credit, buffers)
+                // holds back the later ones and keeps its planned time.
+                const uint64_t t = now_ns();
+                while (sched.due(t)) {
+                    const auto f = static_cast<uint16_t>(sched.next() % cfg.flows);
+                    if (outstanding[f].full() || !send_one(f, sched.planned(sched.next()))) break;
+                    sched.take();
                 }
+                backlog.store(sched.backlog(t), std::memory_order_relaxed);
             }
             if (queued) {
                 guest.tx_flush();
@@ -199,9 +239,9 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
                 // ppoll: the light load's gaps are below a millisecond, and
                 // poll()'s ms timeout would turn them into a spin.
                 uint64_t timeout_ns = 10'000'000;
-                if (rr_interval) {
-                    const uint64_t t = now_ns();
-                    timeout_ns = next_req > t ? next_req - t : 0;
+                if (paced) {
+                    const uint64_t t = now_ns(), next = sched.planned(sched.next());
+                    timeout_ns = std::min(timeout_ns, next > t ? next - t : 0);
                 }
                 const timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000u),
                                   static_cast<long>(timeout_ns % 1'000'000'000u)};
@@ -216,8 +256,13 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
         return thread_cpu_ns(dev.native_handle()) + thread_cpu_ns(guest_thread.native_handle());
     };
     struct Snap {
-        uint64_t t, cpu, sent, resp, bytes_rx, irqs, kicks, tx_irqs, timers, busy, done,
-            done_at_rx;
+        uint64_t t, cpu, sent, resp, bytes_rx, pkts_rx, irqs, kicks, tx_irqs, timers, busy, done,
+            done_at_rx, stalls;
+    };
+    auto stall_count = [&] {
+        uint64_t n = 0;
+        for (const auto& f : flows) n += f->stats().sndbuf_stalls.get();
+        return n;
     };
     auto snap = [&]() -> Snap {
         const auto& bs = dev.stats();
@@ -227,13 +272,15 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
                     frames_sent.load(std::memory_order_relaxed),
                     responses.load(std::memory_order_relaxed),
                     bs.tx_bytes.get(),
+                    bs.tx_pkts.get(),
                     bs.rx_calls.get() + bs.tx_calls.get(),
                     fs.rx_kicks.get() + fs.tx_kicks.get(),
                     fs.tx_interrupts.get(),
                     bs.rx_coalesce_timer_fires.get() + bs.tx_coalesce_timer_fires.get(),
                     dev.device_stats().busy_poll_hits.get() + fs.busy_poll_hits.get(),
                     fs.tx_completions.get(),
-                    fs.tx_completions_at_rx.get()};
+                    fs.tx_completions_at_rx.get(),
+                    stall_count()};
     };
     dev.start(cfg.backend_cpu);
     // The guest asks for coalescing as ethtool -C does, over the control
@@ -248,8 +295,24 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
     }
     sleep_s(cfg.warmup_s);
     const Snap a = snap();
-    sleep_s(cfg.seconds);
-    const Snap b = snap();
+    // A fixed amount of work (seed 000's cycles per run) or a fixed time.
+    const uint32_t frame_payload = (stream ? kStreamFrame : kRrFrame) - port::kHdrBytes;
+    auto work_done = [&](const Snap& s) {
+        return stream ? (s.pkts_rx - a.pkts_rx) * frame_payload : s.resp - a.resp;
+    };
+    Snap b;
+    if (cfg.work == 0) {
+        sleep_s(cfg.seconds);
+        b = snap();
+    } else {
+        const uint64_t until = a.t + static_cast<uint64_t>(cfg.seconds * 1e9);
+        do {
+            sleep_s(0.0005);
+            b = snap();
+        } while (work_done(b) < cfg.work && b.t < until);
+        res.work_completed = work_done(b) >= cfg.work;
+    }
+    const uint64_t backlog_end = backlog.load(std::memory_order_relaxed);
     stop.store(true, std::memory_order_relaxed);
     tb.rx_call().signal();
     guest_thread.join();
@@ -291,7 +354,17 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
     res.window_s = static_cast<double>(b.t - a.t) / 1e9;
     const double pkts = static_cast<double>(b.sent - a.sent);
     res.pkts_per_s = pkts / res.window_s;
-    res.gbps = static_cast<double>(b.bytes_rx - a.bytes_rx) * 8 / res.window_s / 1e9;
+    const uint64_t pkts_rx = b.pkts_rx - a.pkts_rx, bytes_rx = b.bytes_rx - a.bytes_rx;
+    res.frame_gbps = static_cast<double>(bytes_rx - pkts_rx * kHdr) * 8 / res.window_s / 1e9;
+    res.goodput_gbps = static_cast<double>(pkts_rx * frame_payload) * 8 / res.window_s / 1e9;
+    res.work = work_done(b);
+    res.gcycles = static_cast<double>(b.cpu - a.cpu) * tsc_per_ns() / 1e9;
+    res.offered_per_s = paced ? cfg.rr_rate : 0;
+    res.backlog_end = backlog_end;
+    res.rr_unmatched = unmatched;
+    res.max_outstanding = max_outstanding;
+    for (const auto& o : outstanding) res.rr_abandoned += o.abandoned();
+    res.sndbuf_stalls_per_s = static_cast<double>(b.stalls - a.stalls) / res.window_s;
     res.trans_per_s = static_cast<double>(b.resp - a.resp) / res.window_s;
     if (pkts > 0) {
         res.cycles_per_pkt = static_cast<double>(b.cpu - a.cpu) * tsc_per_ns() / pkts;
@@ -316,6 +389,12 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
     }
     res.p50_us = percentile(w, 0.50) / 1e3;
     res.p99_us = percentile(w, 0.99) / 1e3;
+    w.clear();
+    for (std::size_t i = 0; i < send_lag_ns.size(); ++i) {
+        if (send_lag_at[i] >= a.t && send_lag_at[i] < b.t) w.push_back(send_lag_ns[i]);
+    }
+    res.send_lag_p50_us = percentile(w, 0.50) / 1e3;
+    res.send_lag_p99_us = percentile(w, 0.99) / 1e3;
     for (const auto& f : flows) {
         res.sndbuf_stalls += f->stats().sndbuf_stalls.get();
         res.sndbuf_stall_ms += static_cast<double>(f->stats().sndbuf_stall_ns.get()) / 1e6;

@@ -3,8 +3,9 @@
 // Stream: each flow sends 64 KiB messages cut into 1514-byte frames as fast
 // as its send credit allows; the server answers every second frame with a
 // 64-byte ACK (the return path whose rx interrupts at-rx cleaning rides on).
-// RR: each flow keeps one 64-byte request outstanding (closed loop) or sends
-// at a fixed total rate (light load); the server answers each one.
+// RR: each flow keeps one 64-byte request outstanding (closed loop) or the
+// flows share an open-loop schedule at a fixed total rate (OpenLoopSchedule:
+// latency from the planned send time); the server answers each one.
 // Variants: the seed's five columns.
 #pragma once
 
@@ -29,7 +30,7 @@ struct StreamRrConfig {
     Workload workload = Workload::Stream;
     TxVariant variant = TxVariant::Napi;
     uint16_t flows = 1;
-    uint32_t rr_rate = 0;          ///< RR: total requests/s; 0 = closed loop
+    uint32_t rr_rate = 0;          ///< RR: total requests/s, open loop; 0 = closed loop
     uint32_t sndbuf_bytes = 131072;
     /// The +coalesce variants' limits, in ethtool -C's words: tx-* on the tx
     /// queue's completions (the seed's setting), rx-* on received packets
@@ -45,6 +46,9 @@ struct StreamRrConfig {
     uint32_t busy_poll_usecs = 0;  ///< guest (net.core.busy_poll)
     uint16_t queue_size = 256;
     double warmup_s = 0.2;
+    /// The measured window: until `work` is done (stream: payload bytes the
+    /// server received; RR: responses), at most `seconds`; 0: `seconds`.
+    uint64_t work = 0;
     double seconds = 1.0;
     int backend_cpu = 0;
     int frontend_cpu = 1;
@@ -54,10 +58,22 @@ struct StreamRrResult {
     bool ok = false;
     std::string error;
     double window_s = 0;
-    double gbps = 0;             ///< stream: frame bytes the server received, Gbit/s
+    double goodput_gbps = 0;     ///< stream: UDP payload the server received, Gbit/s
+    double frame_gbps = 0;       ///< ... Ethernet frames (no virtio header), Gbit/s
+    uint64_t work = 0;           ///< payload bytes (stream) or responses (RR) in the window
+    bool work_completed = false; ///< config.work was reached within config.seconds
+    double gcycles = 0;          ///< both threads' cycles in the window (seed 000's unit)
     double trans_per_s = 0;      ///< RR: responses received per second
-    double pkts_per_s = 0;       ///< frames the guest sent per second
-    double p50_us = 0, p99_us = 0;  ///< RR: request → response; stream: 0
+    double pkts_per_s = 0;       ///< frames the guest sent per second (RR: achieved request rate)
+    double offered_per_s = 0;    ///< RR open loop: the planned request rate; 0: closed loop
+    uint64_t backlog_end = 0;    ///< open loop: requests due but not sent when the window closed
+    uint64_t rr_unmatched = 0;   ///< responses that named no outstanding request
+    uint64_t rr_abandoned = 0;   ///< requests never answered (their slot was reused)
+    uint32_t max_outstanding = 0;  ///< RR: most requests of one flow outstanding at once
+    double p50_us = 0, p99_us = 0;  ///< RR: planned send → response; stream: 0
+    /// RR open loop: actual - planned send time (the generator's own delay,
+    /// part of p50/p99).
+    double send_lag_p50_us = 0, send_lag_p99_us = 0;
     double cycles_per_pkt = 0;   ///< both threads: CPU time × rdtsc rate / frames sent
     double bytes_per_pkt = 0;    ///< guest tx bytes / frames
     double interrupts_per_s = 0; ///< backend calls written (rx + tx)
@@ -77,8 +93,9 @@ struct StreamRrResult {
     uint64_t srv_pending = 0;       ///< responses queued, never received
     uint64_t be_rx = 0, be_rx_no_room = 0, be_rx_bad_chain = 0;
     uint64_t guest_rx = 0, guest_rx_bad_len = 0, guest_rx_length_errors = 0;
-    uint64_t sndbuf_stalls = 0;
-    double sndbuf_stall_ms = 0;
+    uint64_t sndbuf_stalls = 0;      ///< whole run, warm-up included
+    double sndbuf_stall_ms = 0;      ///< whole run
+    double sndbuf_stalls_per_s = 0;  ///< in the measured window
 };
 
 StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept;

@@ -1,0 +1,199 @@
+// The option checks of cli_checks.h.
+#include "cli_checks.h"
+
+#include <net/if.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <sstream>
+
+#include "bench_common.h"
+#include "pvnet/bench/relay_bench.h"
+
+namespace pvnet::app::checks {
+namespace {
+
+std::string shown(const std::string& s) { return s.empty() ? "''" : s; }
+
+std::string number(double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+}
+
+bool is_dir(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/// The CPUs sched_getaffinity allows, as Linux lists them ("0-3,6").
+std::string cpu_list(const cpu_set_t& set) {
+    std::string out;
+    for (std::size_t c = 0; c < CPU_SETSIZE; ++c) {
+        if (!CPU_ISSET(c, &set)) continue;
+        std::size_t last = c;
+        while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
+        out += (out.empty() ? "" : ",") + std::to_string(c);
+        if (last != c) out += "-" + std::to_string(last);
+        c = last;
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string must_be(const std::string& value, const std::string& rule) {
+    return shown(value) + ": must be " + rule;
+}
+
+CLI::Validator Real(double lo, double hi, const std::string& note) {
+    const std::string range = number(lo) + " to " + number(hi);
+    const std::string rule = "a number from " + range + (note.empty() ? "" : " (" + note + ")");
+    return CLI::Validator(
+        [lo, hi, rule](std::string& s) -> std::string {
+            double v = 0;
+            // !(in range) also rejects NaN.
+            if (!CLI::detail::lexical_cast(s, v) || !(v >= lo && v <= hi)) return must_be(s, rule);
+            return {};
+        },
+        range);
+}
+
+CLI::Validator PowerOfTwo(uint32_t lo, uint32_t hi) {
+    const std::string rule =
+        "a power of two from " + std::to_string(lo) + " to " + std::to_string(hi);
+    return CLI::Validator(
+        [lo, hi, rule](std::string& s) -> std::string {
+            uint32_t v = 0;
+            if (!CLI::detail::lexical_cast(s, v) || v < lo || v > hi || (v & (v - 1)) != 0) {
+                return must_be(s, rule);
+            }
+            return {};
+        },
+        "power of two, " + std::to_string(lo) + " to " + std::to_string(hi));
+}
+
+CLI::Validator OneOf(std::vector<std::string> words) {
+    std::string list;
+    for (std::size_t i = 0; i < words.size(); ++i) {
+        list += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + words[i];
+    }
+    std::string desc;
+    for (const auto& w : words) desc += (desc.empty() ? "" : "|") + w;
+    return CLI::Validator(
+        [words = std::move(words), list](std::string& s) -> std::string {
+            for (const auto& w : words) {
+                if (s == w) return {};
+            }
+            return must_be(s, list);
+        },
+        desc);
+}
+
+CLI::Validator Cpu() {
+    return CLI::Validator(
+        [](std::string& s) -> std::string {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            if (::sched_getaffinity(0, sizeof set, &set) != 0) CPU_ZERO(&set);
+            const std::string rule =
+                "-1 (any CPU) or a CPU this process may run on (" + cpu_list(set) + ")";
+            int v = 0;
+            if (!CLI::detail::lexical_cast(s, v) || v < -1 ||
+                (v >= 0 && (v >= CPU_SETSIZE || !CPU_ISSET(static_cast<std::size_t>(v), &set)))) {
+                return must_be(s, rule);
+            }
+            return {};
+        },
+        "-1 or an allowed CPU");
+}
+
+CLI::Validator IfName() {
+    const std::string rule = "an interface name: 1 to " + std::to_string(IFNAMSIZ - 1) +
+                             " characters, no '/', ':' or spaces, not . or ..";
+    return CLI::Validator(
+        [rule](std::string& s) -> std::string {
+            bool ok = !s.empty() && s.size() < IFNAMSIZ && s != "." && s != "..";
+            for (const char c : s) {
+                if (c == '/' || c == ':' || std::isspace(static_cast<unsigned char>(c))) ok = false;
+            }
+            return ok ? std::string() : must_be(s, rule);
+        },
+        "1-" + std::to_string(IFNAMSIZ - 1) + " chars");
+}
+
+CLI::Validator Netns() {
+    return CLI::Validator(
+        [](std::string& s) -> std::string {
+            const bool name_ok =
+                !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos;
+            if (!name_ok || ::access(("/var/run/netns/" + s).c_str(), F_OK) != 0) {
+                return must_be(s, "an existing network namespace (ip netns list)");
+            }
+            return {};
+        },
+        "existing netns");
+}
+
+CLI::Validator OutputPath() {
+    return CLI::Validator(
+        [](std::string& s) -> std::string {
+            const std::size_t slash = s.rfind('/');
+            const std::string dir = slash == std::string::npos ? "." : s.substr(0, slash + 1);
+            if (s.empty() || slash + 1 == s.size() || is_dir(s) || !is_dir(dir)) {
+                return must_be(s, "a file name in an existing directory");
+            }
+            return {};
+        },
+        "file in an existing dir");
+}
+
+CLI::Validator PktWeight() {
+    return CLI::Validator(
+        [](std::string& s) -> std::string {
+            try {
+                parse_weight(s, 1, 0);  // the rule's one copy
+            } catch (const std::exception&) {
+                return must_be(s, "baseline, none or an integer from 1 to 1000000");
+            }
+            return {};
+        },
+        "baseline|none|1-1000000");
+}
+
+CLI::Validator RelayVariant() {
+    return CLI::Validator(
+        [](std::string& s) -> std::string {
+            auto v = bench::relay_variant(s);
+            return v ? std::string() : must_be(s, "a known variant: " + v.error());
+        },
+        "");
+}
+
+CLI::Validator NeedsTool(const std::string& tool, const std::string& hint) {
+    return CLI::Validator(
+        [tool, hint](std::string& s) -> std::string {
+            if (tool_in_path(tool)) return {};
+            return shown(s) + ": needs " + tool + " in PATH (" + hint + ")";
+        },
+        "");
+}
+
+bool tool_in_path(const std::string& tool) {
+    const char* path = std::getenv("PATH");
+    const std::string p = path ? path : "/usr/bin:/bin";
+    for (std::size_t from = 0;;) {
+        const std::size_t colon = p.find(':', from);
+        const std::string dir = p.substr(from, colon - from);
+        if (!dir.empty() && ::access((dir + "/" + tool).c_str(), X_OK) == 0) return true;
+        if (colon == std::string::npos) return false;
+        from = colon + 1;
+    }
+}
+
+}  // namespace pvnet::app::checks

@@ -1,0 +1,402 @@
+#!/usr/bin/env python3
+"""Renders the docs' result tables from `pvnet bench` JSON, so that a table
+cannot drift from its data.
+
+A table in a markdown file is a block
+
+    <!-- pvnet-table NAME results/DIR -->
+    ...generated, never edited by hand...
+    <!-- /pvnet-table -->
+
+NAME picks a renderer below, results/DIR the folder of JSON it reads.
+
+    tools/render_tables.py [--results results/DIR] [--check] FILE...
+
+--results: render every block from this folder (and name it in the block);
+without it each block is re-rendered from the folder it names.
+--check: change nothing; exit 1 if any block differs from its rendering.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BLOCK = re.compile(r"<!-- pvnet-table (\S+) (\S+) -->\n(.*?)<!-- /pvnet-table -->", re.S)
+
+
+class Data:
+    def __init__(self, rel):
+        self.rel = rel.rstrip("/")
+        self.path = os.path.join(ROOT, self.rel)
+        self.cache = {}
+
+    def json(self, name):
+        if name not in self.cache:
+            with open(os.path.join(self.path, name + ".json")) as f:
+                self.cache[name] = json.load(f)
+        return self.cache[name]
+
+    @staticmethod
+    def gbench_meta(j):
+        """Google Benchmark's context, in bench_meta()'s shape."""
+        c = j.get("context", {})
+        return {"commit": c.get("commit", "unknown"), "date": c.get("date", "?"),
+                "command_line": [c.get("executable", "?"), "(Google Benchmark)"],
+                "machine": {"vcpus": c.get("num_cpus", "?"), "cpu_model": f"{c.get('mhz_per_cpu', '?')} MHz",
+                            "kernel": "?"}}
+
+    def source(self, *names):
+        """The line under a table: where its numbers came from."""
+        metas = [self.json(n).get("meta") or self.gbench_meta(self.json(n)) for n in names]
+        commits = sorted({m.get("commit", "unknown") for m in metas})
+        files = ", ".join(f"`{self.rel}/{n}.json`" for n in names)
+        m = metas[0]
+        machine = m.get("machine", {})
+        cmds = "; ".join("`" + " ".join(["pvnet"] + mm.get("command_line", [])[1:]) + "`"
+                         for mm in metas)
+        return (f"\n<sub>Data: {files}, commit {', '.join(commits)}, {m.get('date', '?')}, "
+                f"{machine.get('vcpus', '?')} vCPUs ({machine.get('cpu_model', '?')}), kernel "
+                f"{machine.get('kernel', '?')}. Command: {cmds}.</sub>\n")
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def ok_runs(cell):
+    return [r for r in cell.get("runs", []) if r.get("ok")]
+
+
+def fmt(x, digits):
+    if x != x:  # nan
+        return "n/a"
+    return f"{x:,.{digits}f}"
+
+
+def mmm(xs, digits):
+    """median (min–max)"""
+    if not xs:
+        return "n/a"
+    return f"{fmt(med(xs), digits)} ({fmt(min(xs), digits)}–{fmt(max(xs), digits)})"
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+# ---- seed 001: PVP, testpmd, fairness ---------------------------------------
+
+def pvp_event(d, frame):
+    j = d.json("pvp-event")
+    cells = [c for c in j["cells"] if c["frame_bytes"] == frame]
+    queues = sorted({c["queue_size"] for c in cells})
+    weights = list(dict.fromkeys(c["weight"] for c in cells))
+    best = {}
+    for q in queues:
+        meds = {c["weight"]: med([r["mpps"] for r in ok_runs(c)]) for c in cells if c["queue_size"] == q}
+        best[q] = max(meds, key=lambda w: meds[w])
+    rows = []
+    for w in weights:
+        row = [w]
+        for q in queues:
+            c = next(c for c in cells if c["weight"] == w and c["queue_size"] == q)
+            s = mmm([r["mpps"] for r in ok_runs(c)], 2)
+            row.append(f"**{s}**" if best[q] == w else s)
+        rows.append(row)
+    return (f"Mpps, {j['mode']} mode, medians of {j['repeat']} (min–max), best per queue size in bold:\n\n"
+            + table([f"{frame}-byte frames"] + [f"queue {q}" for q in queues], rows) + d.source("pvp-event"))
+
+
+def pvp_per_packet(d):
+    j = d.json("pvp-event")
+    rows = []
+    for c in j["cells"]:
+        if c["frame_bytes"] != 64:
+            continue
+        rs = ok_runs(c)
+        rows.append([str(c["queue_size"]), c["weight"],
+                     fmt(med([r["backend_cpu_ns_per_pkt"] for r in rs]), 1),
+                     fmt(med([r["frontend_cpu_ns_per_pkt"] for r in rs]), 1),
+                     fmt(med([r["kicks_per_pkt"] for r in rs]), 4),
+                     fmt(med([r["interrupts_per_pkt"] for r in rs]), 4),
+                     f"{sum(r['drop_tx_full'] for r in rs):,}",
+                     f"{sum(r['lost'] for r in rs):,}",
+                     f"{sum(r['corrupt'] + r['reordered'] for r in rs):,}"])
+    return ("64-byte frames, per packet (medians); drops summed over the runs:\n\n"
+            + table(["queue", "weight", "backend ns CPU", "guest ns CPU", "kicks", "interrupts",
+                     "drops: tx ring full", "sink: sequence gaps", "sink: corrupt + reordered"], rows) + d.source("pvp-event"))
+
+
+def pvp_poll(d):
+    j = d.json("pvp-poll")
+    queues = sorted({c["queue_size"] for c in j["cells"]})
+    tp = {t["queue_size"]: t.get("runs", []) for t in j.get("testpmd", [])}
+
+    def cell(w, q):
+        return next(c for c in j["cells"] if c["weight"] == w and c["queue_size"] == q)
+
+    rows = {"testpmd": [], "pvnet weight 256": [], "pvnet / testpmd (same round)": [], "pvnet baseline": []}
+    for q in queues:
+        t = [r["mpps"] for r in tp.get(q, []) if r.get("ok")]
+        rows["testpmd"].append(mmm(t, 2))
+        p = cell("weight 256", q)["runs"]
+        rows["pvnet weight 256"].append(mmm([r["mpps"] for r in p if r["ok"]], 2))
+        ratio = [a["mpps"] / b["mpps"] for a, b in zip(p, tp.get(q, []))
+                 if a.get("ok") and b.get("ok") and b["mpps"] > 0]
+        rows["pvnet / testpmd (same round)"].append(mmm(ratio, 2))
+        rows["pvnet baseline"].append(mmm([r["mpps"] for r in cell("baseline", q)["runs"] if r["ok"]], 2))
+    return (f"Mpps, 64-byte frames, poll mode, medians of {j['repeat']} (min–max):\n\n"
+            + table(["64-byte frames, poll mode"] + [f"queue {q}" for q in queues],
+                    [[k] + v for k, v in rows.items()]) + d.source("pvp-poll"))
+
+
+def fairness(d):
+    j = d.json("fairness")
+    rows = []
+    for c in j["cells"]:
+        rs = ok_runs(c)
+        rows.append([str(c["queue_size"]), c["weight"],
+                     fmt(med([r["tx_offered_pps"] for r in rs]), 0),
+                     fmt(med([r["tx_delivered_pps"] for r in rs]), 0),
+                     fmt(med([r["rx_mpps"] for r in rs]), 2),
+                     fmt(med([r["lat_p50_us"] for r in rs]), 1),
+                     mmm([r["lat_p99_us"] for r in rs], 1),
+                     fmt(max([r["lat_max_us"] for r in rs], default=float("nan")), 0),
+                     f"{sum(r['tx_lost'] for r in rs):,}"])
+    return (f"{j['mode'].capitalize()} mode, tx at {j['tx_pps']:,} frames/s under the rx flood, medians of "
+            f"{j['repeat']}; max is the largest over all runs:\n\n"
+            + table(["queue", "weight", "tx sent/s", "tx done/s", "rx Mpps", "p50 µs", "p99 µs (min–max)",
+                     "max µs", "tx lost"], rows) + d.source("fairness"))
+
+
+# ---- seed 000: stream, RR, at-rx --------------------------------------------
+
+VARIANTS = ["upstream", "napi", "napi+coalesce", "napi+at-rx", "napi+both"]
+
+
+def by_variant(j, flows, busy=None):
+    out = {}
+    for c in j["cells"]:
+        if c["flows"] != flows:
+            continue
+        if busy is not None and c.get("busyloop_usecs", 0) != busy:
+            continue
+        out[c["variant"]] = ok_runs(c)
+    return out
+
+
+def variant_rows(j, flows, spec):
+    cols = by_variant(j, flows)
+    names = [v for v in VARIANTS if v in cols]
+    rows = []
+    for label, f in spec:
+        rows.append([f"{flows} flow{'s' if flows > 1 else ''} {label}"] + [f(cols[v]) for v in names])
+    return names, rows
+
+
+def field(name, digits, scale=1.0, ranged=False):
+    def f(rs):
+        xs = [r[name] * scale for r in rs]
+        return mmm(xs, digits) if ranged else fmt(med(xs), digits)
+    return f
+
+
+def pair(a, b, digits):
+    return lambda rs: f"{fmt(med([r[a] for r in rs]), digits)} / {fmt(med([r[b] for r in rs]), digits)}"
+
+
+def stream(d):
+    j = d.json("stream")
+    gb = j.get("work", {}).get("payload_gbytes", 0)
+    all_rows, names = [], []
+    for flows in sorted({c["flows"] for c in j["cells"]}):
+        spec = [("goodput Gbit/s", field("goodput_gbps", 2, ranged=True)),
+                ("frame Gbit/s", field("frame_gbps", 2))]
+        if gb:
+            spec.append((f"Gcycles per run ({gb:g} GB)", field("gcycles", 2)))
+        spec += [("cycles/pkt", field("cycles_per_pkt", 0)),
+                 ("interrupts/s (tx)", pair("interrupts_per_s", "tx_interrupts_per_s", 0)),
+                 ("tx reaped at rx %", field("tx_reaped_at_rx", 0, 100)),
+                 ("sndbuf stalls/s", field("sndbuf_stalls_per_s", 0))]
+        names, rows = variant_rows(j, flows, spec)
+        all_rows += rows
+    return (f"Medians of {j['repeat']}; goodput (min–max) is UDP payload, frame Gbit/s the Ethernet frames; "
+            f"cycles are both threads' CPU time × the rdtsc rate"
+            + (f", Gcycles for a fixed {gb:g} GB of payload per run" if gb else "") + ":\n\n"
+            + table(["stream"] + names, all_rows) + d.source("stream"))
+
+
+def rr(d):
+    j = d.json("rr")
+    per_flow = j.get("work", {}).get("trans_per_flow", 0)
+    all_rows, names = [], []
+    for flows in sorted({c["flows"] for c in j["cells"]}):
+        spec = [("trans/s", field("trans_per_s", 0, ranged=True)),
+                ("p50 / p99 µs", pair("p50_us", "p99_us", 1))]
+        if per_flow:
+            spec.append((f"Gcycles per run ({per_flow * flows:,} trans)", field("gcycles", 3)))
+        spec += [("cycles/trans", field("cycles_per_pkt", 0)),
+                 ("interrupts/s (tx)", pair("interrupts_per_s", "tx_interrupts_per_s", 0)),
+                 ("timer fires/s", field("coalesce_timer_fires_per_s", 0))]
+        names, rows = variant_rows(j, flows, spec)
+        all_rows += rows
+    return (f"Closed loop (one request outstanding per flow), medians of {j['repeat']}"
+            + (f", Gcycles for a fixed {per_flow:,} transactions per flow per run" if per_flow else "") + ":\n\n"
+            + table(["RR"] + names, all_rows) + d.source("rr"))
+
+
+def rr_paced(d):
+    j = d.json("rr-paced")
+    flows = j["cells"][0]["flows"]
+    spec = [("offered / achieved req/s", pair("offered_per_s", "pkts_per_s", 0)),
+            ("p50 / p99 µs", pair("p50_us", "p99_us", 1)),
+            ("p99 µs min–max", lambda rs: f"{fmt(min(r['p99_us'] for r in rs), 1)}–{fmt(max(r['p99_us'] for r in rs), 1)}"),
+            ("send lag p50 / p99 µs", pair("send_lag_p50_us", "send_lag_p99_us", 1)),
+            ("cycles/trans", field("cycles_per_pkt", 0)),
+            ("interrupts/s (tx)", pair("interrupts_per_s", "tx_interrupts_per_s", 0)),
+            ("coalescing timer fires/s", field("coalesce_timer_fires_per_s", 0))]
+    names, rows = variant_rows(j, flows, spec)
+    return (f"Open loop at {j['rr_rate']:,} requests/s: every request sent at its planned time (or as soon "
+            f"after as it can), latency from the planned time; send lag is how late requests left (part of "
+            f"the latency). Medians of {j['repeat']}:\n\n"
+            + table([f"RR at {j['rr_rate']:,} requests/s"] + names, rows) + d.source("rr-paced"))
+
+
+def rr_busy(d):
+    j = d.json("rr-busy")
+    rows = []
+    for v in VARIANTS:
+        cells = {c["busyloop_usecs"]: c["runs"] for c in j["cells"] if c["variant"] == v}
+        if 0 not in cells:
+            continue
+        for u, runs in cells.items():
+            if u == 0:
+                continue
+            sleep = cells[0]
+            ratio = [b["trans_per_s"] / a["trans_per_s"] for a, b in zip(sleep, runs)
+                     if a["ok"] and b["ok"] and a["trans_per_s"] > 0]
+            rows.append([v, str(u),
+                         fmt(med([r["trans_per_s"] for r in sleep if r["ok"]]), 0),
+                         fmt(med([r["trans_per_s"] for r in runs if r["ok"]]), 0),
+                         mmm(ratio, 2),
+                         pair("p50_us", "p99_us", 1)([r for r in sleep if r["ok"]]),
+                         pair("p50_us", "p99_us", 1)([r for r in runs if r["ok"]])])
+    return (f"1 flow closed-loop RR, each variant sleeping and busy polling (both sides spin U µs) in the "
+            f"same round, {j['repeat']} rounds; the ratio is busy / sleeping within a round, median "
+            f"(min–max):\n\n"
+            + table(["variant", "U µs", "sleeping trans/s", "busy trans/s", "busy / sleeping",
+                     "sleeping p50 / p99 µs", "busy p50 / p99 µs"], rows) + d.source("rr-busy"))
+
+
+def atrx(d):
+    names = []
+    rows = []
+    for w in (256, 8):
+        for s in (0, 500):
+            n = f"atrx-w{w}-s{s}"
+            names.append(n)
+            cols = by_variant(d.json(n), 1)
+            napi, at = cols.get("napi", []), cols.get("napi+at-rx", [])
+            rows.append([f"{w}, {s / 1000:g} µs" if s else f"{w}, 0"]
+                        + [fmt(med([r["tx_interrupts_per_s"] for r in x]), 0) for x in (napi, at)]
+                        + [fmt(med([r["goodput_gbps"] for r in x]), 2) for x in (napi, at)]
+                        + [fmt(med([r["cycles_per_pkt"] for r in x]), 0) for x in (napi, at)])
+    return ("Stream, 1 flow, medians; `--tx-weight` (packets the backend completes before it serves the "
+            "ACKs) and `--server-ns` (the server's cost per frame):\n\n"
+            + table(["tx weight, server cost", "napi tx irq/s", "napi+at-rx tx irq/s", "napi goodput Gbit/s",
+                     "napi+at-rx goodput Gbit/s", "napi cycles/pkt", "napi+at-rx cycles/pkt"], rows)
+            + d.source(*names))
+
+
+# ---- the split ring alone ----------------------------------------------------
+
+def microbench(d):
+    j = d.json("microbench")
+    reps = {}
+    for b in j["benchmarks"]:
+        if b.get("run_type") == "iteration":
+            reps.setdefault(b["run_name"], []).append(b)
+    rows = []
+    for name, rs in reps.items():
+        ns = [r["ns_per_buf"] for r in rs]
+        short = name.replace("/manual_time", "").replace("/real_time", "")
+        if "eventfd:0" in short:
+            short += " (spinning)"
+        kicks = [r["kicks_per_buf"] for r in rs if "kicks_per_buf" in r]
+        irqs = [r["interrupts_per_buf"] for r in rs if "interrupts_per_buf" in r]
+        rows.append([f"`{short}`", fmt(med(ns), 1), fmt(min(ns), 1), fmt(max(ns), 1),
+                     f"{med(kicks):.2g}" if kicks else "—", f"{med(irqs):.2g}" if irqs else "—"])
+    return (f"Nanoseconds per buffer, median, min and max of {max(len(r) for r in reps.values())} "
+            f"repetitions, variants randomly interleaved:\n\n"
+            + table(["benchmark", "median ns/buffer", "min", "max", "kicks/buffer", "interrupts/buffer"], rows)
+            + d.source("microbench"))
+
+
+RENDERERS = {
+    "microbench": microbench,
+    "pvp-event-64": lambda d: pvp_event(d, 64),
+    "pvp-event-512": lambda d: pvp_event(d, 512),
+    "pvp-event-1518": lambda d: pvp_event(d, 1518),
+    "pvp-per-packet": pvp_per_packet,
+    "pvp-poll": pvp_poll,
+    "fairness": fairness,
+    "stream": stream,
+    "rr": rr,
+    "rr-paced": rr_paced,
+    "rr-busy": rr_busy,
+    "atrx": atrx,
+}
+
+
+def plot(name):
+    def render(d):
+        rel_from_docs = os.path.join("..", d.rel, name)
+        return f"![{name}]({rel_from_docs})\n"
+    return render
+
+
+for p in ("pvp-event.png", "pvp-poll.png", "relay-throughput.png", "relay-latency.png"):
+    RENDERERS["plot:" + p] = plot(p)
+
+
+def render_file(path, results, check):
+    with open(path) as f:
+        text = f.read()
+
+    def sub(m):
+        name, rel = m.group(1), results or m.group(2)
+        if name not in RENDERERS:
+            raise SystemExit(f"{path}: unknown table '{name}' (known: {', '.join(sorted(RENDERERS))})")
+        body = RENDERERS[name](Data(rel))
+        return f"<!-- pvnet-table {name} {rel} -->\n{body}<!-- /pvnet-table -->"
+
+    new = BLOCK.sub(sub, text)
+    if new == text:
+        return True
+    if check:
+        print(f"{path}: tables differ from their JSON (run tools/render_tables.py {path})", file=sys.stderr)
+        return False
+    with open(path, "w") as f:
+        f.write(new)
+    print(f"rendered {path}", file=sys.stderr)
+    return True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", help="render every block from this folder (relative to the repository)")
+    ap.add_argument("--check", action="store_true", help="exit 1 if a block differs from its rendering")
+    ap.add_argument("files", nargs="+")
+    a = ap.parse_args()
+    results = os.path.relpath(os.path.abspath(a.results), ROOT) if a.results else None
+    ok = all([render_file(f, results, a.check) for f in a.files])
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
