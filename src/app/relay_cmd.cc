@@ -56,7 +56,7 @@ struct RelayOptions {
 
 /// TUN_F_* for --offloads: what lets 64 KiB GSO frames and partial checksums through.
 unsigned offload_flags(const RelayOptions& o) {
-    return o.offloads == "on" ? port::kTunFCsum | port::kTunFTso4 | port::kTunFTso6 : 0;
+    return o.offloads == "on" ? port::kTunFGso : 0;
 }
 
 /// SIGINT and SIGTERM as a readable fd. Blocked before any thread starts, so

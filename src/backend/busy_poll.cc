@@ -3,20 +3,14 @@
 // for up to busyloop_usecs, so work that arrives within the budget costs
 // no kick, no interrupt and no wake-up.
 #include "pvnet/backend/net_device.h"
+#include "pvnet/util/clock.h"
+#include "pvnet/util/cpu.h"
 
 namespace pvnet::backend {
-namespace {
-/// Spin-wait hint while busy polling.
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-}  // namespace
 
 bool NetDevice::busy_poll() noexcept {
     if (opt_.busyloop_usecs == 0) return false;
-    uint64_t end = notify::Coalescer::now_ns() + uint64_t{opt_.busyloop_usecs} * 1000u;
+    uint64_t end = now_ns() + uint64_t{opt_.busyloop_usecs} * 1000u;
     // A pending coalescing deadline ends the spin early: its timer fd is
     // only seen by the epoll wait. (One the direct path arms meanwhile
     // waits for the spin's end, at most busyloop_usecs.)
@@ -58,7 +52,7 @@ bool NetDevice::busy_poll() noexcept {
             coalesce_msg_.epoch.load(std::memory_order_relaxed) != coalesce_epoch_) {
             return false;
         }
-        if (notify::Coalescer::now_ns() >= end) break;
+        if (now_ns() >= end) break;
         cpu_relax();
     }
     dstats_.busy_poll_misses.add();

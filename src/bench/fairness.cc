@@ -11,7 +11,7 @@
 
 #include "pvnet/port/gen_loop_port.h"
 #include "pvnet/util/thread.h"
-#include "pvnet/bench/clock.h"
+#include "pvnet/util/clock.h"
 #include "pvnet/bench/open_loop.h"
 #include "pvnet/pair/guest_pair.h"
 

@@ -11,7 +11,7 @@
 
 #include "pvnet/frontend/virtio_net.h"
 #include "pvnet/port/gen_loop_port.h"
-#include "pvnet/bench/clock.h"
+#include "pvnet/util/clock.h"
 #include "pvnet/pair/guest_pair.h"
 #include "pvnet/util/thread.h"
 

@@ -17,7 +17,7 @@
 #include "pvnet/frontend/flow.h"
 #include "pvnet/port/echo_port.h"
 #include "pvnet/util/thread.h"
-#include "pvnet/bench/clock.h"
+#include "pvnet/util/clock.h"
 #include "pvnet/pair/guest_pair.h"
 
 namespace pvnet::bench {

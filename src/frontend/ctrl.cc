@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "pvnet/frontend/virtio_net.h"
+#include "pvnet/util/clock.h"
 #include "pvnet/virtio/virtio_net.h"
 
 namespace pvnet::frontend {
@@ -78,10 +79,10 @@ Status<FrontendError> VirtioNet::exchange_command(uint8_t cls, uint8_t cmd,
         ctrl_stats_.kicks.add();
     }
 
-    const uint64_t deadline = monotonic_ns() + uint64_t{ctrl_timeout_us_} * 1000u;
+    const uint64_t deadline = now_ns() + uint64_t{ctrl_timeout_us_} * 1000u;
     while (!ctrl_->get_used(u)) {
         if (ctrl_->broken()) return unexpected(FrontendError::CtrlBroken);
-        const uint64_t now = monotonic_ns();
+        const uint64_t now = now_ns();
         if (now >= deadline) return unexpected(FrontendError::CtrlTimeout);
         // Re-arm, then sleep unless the device answered meanwhile.
         if (ctrl_->enable_cb() &&

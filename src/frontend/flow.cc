@@ -1,23 +1,16 @@
 // Flow send credit: the sndbuf check, its stall accounting, and the charge /
-// release hooks QueuePair calls at transmit and completion.
+// release hooks SendQueue calls at transmit and completion.
 #include "pvnet/frontend/flow.h"
 
-#include <time.h>
-
 #include "pvnet/util/assert.h"
+#include "pvnet/util/clock.h"
 
 namespace pvnet::frontend {
-
-uint64_t monotonic_ns() noexcept {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 bool Flow::can_send(uint32_t bytes) noexcept {
     // The clock is read only on a refusal or the success that ends a stall.
     if (has_credit(bytes) && !stalled_) return true;
-    return can_send(bytes, monotonic_ns());
+    return can_send(bytes, pvnet::now_ns());
 }
 
 bool Flow::can_send(uint32_t bytes, uint64_t now_ns) noexcept {

@@ -10,6 +10,8 @@
 #include <ctime>
 #include <new>
 
+#include "pvnet/util/clock.h"
+
 namespace pvnet::notify {
 
 Result<std::unique_ptr<Coalescer>, NotifyError> Coalescer::create(CoalesceParams p) noexcept {
@@ -28,12 +30,6 @@ Result<std::unique_ptr<Coalescer>, NotifyError> Coalescer::create(CoalesceParams
 
 Coalescer::~Coalescer() {
     if (fd_ >= 0) close(fd_);
-}
-
-uint64_t Coalescer::now_ns() noexcept {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 void Coalescer::arm() noexcept {

@@ -15,12 +15,6 @@
 namespace pvnet::relay {
 namespace {
 
-/// What tap A may hand the guest (HOST_TSO*) and tap B the backend
-/// (GUEST_TSO*): the same set, CSUM + TSO4/6, or nothing.
-unsigned tap_offloads(bool on) noexcept {
-    return on ? port::kTunFCsum | port::kTunFTso4 | port::kTunFTso6 : 0u;
-}
-
 /// The same set as virtio features: CSUM/GUEST_CSUM and TSO4/6 both ways.
 constexpr uint64_t kRelayOffloadFeatures = [] {
     using namespace virtio;
@@ -48,7 +42,9 @@ Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRela
     std::unique_ptr<RingRelay> r(new RingRelay());
     r->cfg_ = cfg;
     port::TapConfig a = cfg.guest_tap, b = cfg.host_tap;
-    a.offloads = b.offloads = tap_offloads(cfg.offloads);
+    // What tap A may hand the guest (HOST_TSO*) and tap B the backend
+    // (GUEST_TSO*): the same set, or nothing.
+    a.offloads = b.offloads = cfg.offloads ? port::kTunFGso : 0u;
     a.link_up = b.link_up = true;
     auto ta = port::TapPort::open(a);
     if (!ta) return unexpected("tap " + a.name + ": " + port::to_string(ta.error()));

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "pvnet/backend/vhost_net.h"
+#include "pvnet/util/clock.h"
 #include "vhost_net_harness.h"
 
 namespace pvnet::backend {

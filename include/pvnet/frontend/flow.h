@@ -22,7 +22,7 @@ enum class SndbufRelease : uint8_t {
 };
 
 struct FlowStats {
-    Counter sent_pkts, sent_bytes;     ///< charged by QueuePair::xmit
+    Counter sent_pkts, sent_bytes;     ///< charged by SendQueue::xmit
     Counter completed_pkts;            ///< tx completions reaped for this flow
     Counter sndbuf_refusals;           ///< can_send() said no
     Counter sndbuf_stalls;             ///< stall episodes: a refusal after a success
@@ -50,7 +50,7 @@ public:
         return uint64_t{in_flight_} + bytes <= sndbuf_bytes_;
     }
 
-    /// Hooks for QueuePair: bytes queued to the device (skb_set_owner_w) ...
+    /// Hooks for SendQueue: bytes queued to the device (skb_set_owner_w) ...
     void charge(uint32_t bytes) noexcept;
     /// ... and returned (sock_wfree): at transmit when orphaned, else on
     /// completion. `completed` says a completion was reaped for the packet.
@@ -76,8 +76,5 @@ private:
     uint64_t stall_start_ns_ = 0;
     FlowStats stats_;
 };
-
-/// CLOCK_MONOTONIC in nanoseconds.
-uint64_t monotonic_ns() noexcept;
 
 }  // namespace pvnet::frontend

@@ -74,15 +74,12 @@ public:
     CoalesceParams params() const noexcept { return params_; }
     /// Used entries published since the last Signal.
     uint32_t pending() const noexcept { return pending_; }
-    /// CLOCK_MONOTONIC time (ns) at which the armed timer expires; 0 when
+    /// now_ns() time (util/clock.h) at which the armed timer expires; 0 when
     /// disarmed. Lets a busy-polling owner stop spinning in time.
     uint64_t deadline_ns() const noexcept { return deadline_ns_; }
     /// Readable when the timer expired; watch it in the owner's epoll.
     int timer_fd() const noexcept { return fd_; }
     const CoalescerStats& stats() const noexcept { return stats_; }
-
-    /// CLOCK_MONOTONIC now, in ns (the clock of deadline_ns()).
-    static uint64_t now_ns() noexcept;
 
 private:
     Coalescer(int fd, CoalesceParams p) noexcept : fd_(fd), params_(p) {}

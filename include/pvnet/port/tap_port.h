@@ -52,6 +52,9 @@ inline constexpr unsigned kTunFCsum = 0x01;
 inline constexpr unsigned kTunFTso4 = 0x02;
 inline constexpr unsigned kTunFTso6 = 0x04;
 inline constexpr unsigned kTunFTsoEcn = 0x08;
+/// CSUM + TSO4/6: what lets 64 KiB GSO frames and partial checksums through
+/// (the relay's offload set, both taps).
+inline constexpr unsigned kTunFGso = kTunFCsum | kTunFTso4 | kTunFTso6;
 
 /// The TUN_F_* set for a guest's negotiated virtio features: what the tap may
 /// give us is what the guest accepts on receive (GUEST_CSUM, GUEST_TSO4/6,

@@ -39,6 +39,7 @@
 #include "pvnet/ring/device_queue.h"
 #include "pvnet/virtio/virtio_config.h"
 #include "pvnet/ring/driver_queue.h"
+#include "pvnet/util/cpu.h"
 
 namespace pvnet::ring {
 namespace {
@@ -54,13 +55,6 @@ constexpr uint32_t kCycle = kRingSize / 2;       // two-descriptor chains that f
 constexpr uint64_t kDataSlots = 2u * kCycle;
 constexpr std::size_t kRegionBytes = kDataOff + kDataSlots * kSlotBytes;
 static_assert(split_ring_bytes(kRingSize) <= kDataOff);
-
-/// Spin-wait hint while busy polling.
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
 
 /// One shared region at guest address 0x10000 holding ring and data, and
 /// both queues on it. Setup failure aborts the benchmark with an error.

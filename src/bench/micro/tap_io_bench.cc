@@ -45,6 +45,7 @@
 #include "pvnet/port/gen_port.h"
 #include "pvnet/port/netns.h"
 #include "pvnet/port/tap_port.h"
+#include "pvnet/util/clock.h"
 #include "pvnet/util/thread.h"
 
 namespace {
@@ -57,12 +58,6 @@ constexpr uint32_t kFrameBytes = 64;
 constexpr uint32_t kSendBatch = 64;  ///< sendmmsg batch of the kernel-side sender
 constexpr std::size_t kRxBufBytes = 2048;
 constexpr uint64_t kDrainFrames = 50'000;  ///< queued before a drain run (< txqueuelen)
-
-uint64_t clock_ns(clockid_t c) noexcept {
-    timespec ts{};
-    clock_gettime(c, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 struct Options {
     double seconds = 1.0;

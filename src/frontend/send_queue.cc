@@ -1,7 +1,6 @@
-// Guest-side transmit and tx completion (Linux drivers/net/virtio_net.c
-// start_xmit, free_old_xmit, check_sq_full_and_disable, virtnet_poll_tx,
-// virtnet_poll_cleantx, skb_xmit_done), with Flow send credit: released at
-// transmit when the flow orphans, else when the completion is reaped.
+// SendQueue (send_queue.h): transmit and tx completion, with Flow send
+// credit: released at transmit when the flow orphans, else when the
+// completion is reaped.
 //
 // Interrupt discipline in Napi mode: whenever control leaves the tx path,
 // tx interrupts are armed with used_event at most 3/4 of what is in flight
@@ -12,18 +11,44 @@
 // xmit_sg (start_xmit's xmit_skb with frags): one packet over several slots
 // as one chain, indirect when negotiated; the tx records of its slots are
 // linked from the first, which the used entry's token names.
+#include "pvnet/frontend/send_queue.h"
+
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
-#include "pvnet/frontend/virtio_net.h"
-
 namespace pvnet::frontend {
 
-bool QueuePair::add_one(uint32_t buf_id, uint32_t len) noexcept {
-    const ring::Buf b{bufs_gpa_ + uint64_t{buf_id} * cfg_.buf_bytes, len};
-    if (tx_->add(std::span<const ring::Buf>(&b, 1), {}, buf_id) != ring::AddStatus::Ok) {
+uint16_t SendQueue::max_pieces(const VirtioNetConfig& cfg) noexcept {
+    return std::clamp<uint16_t>(cfg.tx_max_pieces, 1, cfg.tx_size);
+}
+
+SendQueue::SendQueue(const VirtioNetConfig& cfg, const ring::SplitRingAddrs& addrs,
+                     std::unique_ptr<ring::SplitDriverQueue> vq, notify::QueueFds fds,
+                     BufferPool& pool, VirtioNetStats& stats) noexcept
+    : addrs_(addrs),
+      vq_(std::move(vq)),
+      fds_(fds),
+      pool_(pool),
+      stats_(stats),
+      tx_mode_(cfg.tx_mode),
+      tx_recs_(pool.size()),
+      tx_sg_bufs_(max_pieces(cfg)) {
+    // Free-on-xmit: tx completions are reaped on the next transmit, so the
+    // tx interrupt stays off (virtio_net without napi_tx). Napi leaves it on.
+    if (tx_mode_ == TxMode::FreeOnXmit) vq_->disable_cb();
+    // check_sq_full_and_disable keeps room for the largest chain: one
+    // descriptor when it goes indirect.
+    tx_max_descs_ = uses_indirect(cfg) ? 1 : max_pieces(cfg);
+    tx_wake_descs_ =
+        cfg.tx_wake_descs == 0 ? tx_max_descs_ : std::min(cfg.tx_wake_descs, cfg.tx_size);
+}
+
+bool SendQueue::add_one(uint32_t buf_id, uint32_t len) noexcept {
+    const ring::Buf b{pool_.gpa(buf_id), len};
+    if (vq_->add(std::span<const ring::Buf>(&b, 1), {}, buf_id) != ring::AddStatus::Ok) {
         stats_.tx_drop_ring_full.add();
-        free_buf(buf_id);
+        pool_.free(buf_id);
         return false;
     }
     tx_recs_[buf_id] = TxRecord{};
@@ -31,12 +56,12 @@ bool QueuePair::add_one(uint32_t buf_id, uint32_t len) noexcept {
     return true;
 }
 
-bool QueuePair::add_sg(std::span<const TxPiece> pieces) noexcept {
+bool SendQueue::add_sg(std::span<const TxPiece> pieces) noexcept {
     const uint32_t first = pieces[0].buf_id;
-    if (tx_->add(std::span<const ring::Buf>(tx_sg_bufs_.data(), pieces.size()), {}, first) !=
+    if (vq_->add(std::span<const ring::Buf>(tx_sg_bufs_.data(), pieces.size()), {}, first) !=
         ring::AddStatus::Ok) {
         stats_.tx_drop_ring_full.add();
-        for (const TxPiece& p : pieces) free_buf(p.buf_id);
+        for (const TxPiece& p : pieces) pool_.free(p.buf_id);
         return false;
     }
     for (std::size_t k = 0; k + 1 < pieces.size(); ++k) {
@@ -47,30 +72,30 @@ bool QueuePair::add_sg(std::span<const TxPiece> pieces) noexcept {
     return true;
 }
 
-uint32_t QueuePair::sg_bufs(std::span<const TxPiece> pieces) noexcept {
+uint32_t SendQueue::sg_bufs(std::span<const TxPiece> pieces) noexcept {
     // Our caller's bug if these fail; never a peer's value.
     if (!PVNET_ASSERT(!pieces.empty() && pieces.size() <= tx_sg_bufs_.size())) return 0;
     uint64_t len = 0;
     for (std::size_t k = 0; k < pieces.size(); ++k) {
         const TxPiece& p = pieces[k];
-        if (!PVNET_ASSERT(p.buf_id < cfg_.n_bufs && p.len > 0 && p.len <= cfg_.buf_bytes)) {
+        if (!PVNET_ASSERT(p.buf_id < pool_.size() && p.len > 0 && p.len <= pool_.buf_bytes())) {
             return 0;
         }
-        tx_sg_bufs_[k] = ring::Buf{bufs_gpa_ + uint64_t{p.buf_id} * cfg_.buf_bytes, p.len};
+        tx_sg_bufs_[k] = ring::Buf{pool_.gpa(p.buf_id), p.len};
         len += p.len;
     }
     return static_cast<uint32_t>(len);  // at most tx_size slots of buf_bytes
 }
 
-bool QueuePair::xmit(uint32_t buf_id, uint32_t len) noexcept {
-    if (!PVNET_ASSERT(buf_id < cfg_.n_bufs && len > 0 && len <= cfg_.buf_bytes)) return false;
+bool SendQueue::xmit(uint32_t buf_id, uint32_t len) noexcept {
+    if (!PVNET_ASSERT(buf_id < pool_.size() && len > 0 && len <= pool_.buf_bytes())) return false;
     if (!add_one(buf_id, len)) return false;
     stats_.tx_pkts.add();
     stats_.tx_bytes.add(len);
     return true;
 }
 
-bool QueuePair::xmit_sg(std::span<const TxPiece> pieces) noexcept {
+bool SendQueue::xmit_sg(std::span<const TxPiece> pieces) noexcept {
     const uint32_t len = sg_bufs(pieces);
     if (len == 0 || !add_sg(pieces)) return false;
     stats_.tx_pkts.add();
@@ -79,9 +104,9 @@ bool QueuePair::xmit_sg(std::span<const TxPiece> pieces) noexcept {
 }
 
 template <typename Add>
-XmitStatus QueuePair::start_xmit(Flow& flow, uint32_t first_id, uint32_t len, Add&& add) noexcept {
+XmitStatus SendQueue::start_xmit(Flow& flow, uint32_t first_id, uint32_t len, Add&& add) noexcept {
     // start_xmit without napi_tx: free what the device has used first.
-    if (cfg_.tx_mode == TxMode::FreeOnXmit) reap_tx(UINT32_MAX, stats_.tx_completions_at_xmit);
+    if (tx_mode_ == TxMode::FreeOnXmit) reap_tx(UINT32_MAX, stats_.tx_completions_at_xmit);
     if (tx_stopped_) {
         stats_.tx_busy.add();
         return XmitStatus::Stopped;
@@ -105,37 +130,37 @@ XmitStatus QueuePair::start_xmit(Flow& flow, uint32_t first_id, uint32_t len, Ad
     return XmitStatus::Ok;
 }
 
-XmitStatus QueuePair::xmit(Flow& flow, uint32_t buf_id, uint32_t len) noexcept {
-    if (!PVNET_ASSERT(buf_id < cfg_.n_bufs && len > 0 && len <= cfg_.buf_bytes)) {
+XmitStatus SendQueue::xmit(Flow& flow, uint32_t buf_id, uint32_t len) noexcept {
+    if (!PVNET_ASSERT(buf_id < pool_.size() && len > 0 && len <= pool_.buf_bytes())) {
         return XmitStatus::Dropped;
     }
     return start_xmit(flow, buf_id, len, [&] { return add_one(buf_id, len); });
 }
 
-XmitStatus QueuePair::xmit_sg(Flow& flow, std::span<const TxPiece> pieces) noexcept {
+XmitStatus SendQueue::xmit_sg(Flow& flow, std::span<const TxPiece> pieces) noexcept {
     const uint32_t len = sg_bufs(pieces);
     if (len == 0) return XmitStatus::Dropped;
     return start_xmit(flow, pieces[0].buf_id, len, [&] { return add_sg(pieces); });
 }
 
-void QueuePair::check_sq_full_and_disable() noexcept {
-    if (tx_->num_free() >= tx_max_descs_) return;
+void SendQueue::check_sq_full_and_disable() noexcept {
+    if (vq_->num_free() >= tx_max_descs_) return;
     tx_stopped_ = true;
     stats_.tx_queue_stops.add();
-    if (cfg_.tx_mode == TxMode::Napi) {
+    if (tx_mode_ == TxMode::Napi) {
         // The tx interrupt restarts the queue through poll_tx; if 3/4 are
         // already used, reap now instead (virtqueue_napi_schedule).
         tx_rearm_delayed(stats_.tx_completions_napi);
-    } else if (!tx_->enable_cb_delayed()) {
+    } else if (!vq_->enable_cb_delayed()) {
         // More just got used: free them, then recheck (reap_tx may restart
         // the queue and turn the interrupt off again).
         reap_tx(UINT32_MAX, stats_.tx_completions_at_xmit);
     }
 }
 
-void QueuePair::tx_flush() noexcept {
+void SendQueue::tx_flush() noexcept {
     const uint32_t batch = std::exchange(tx_batch_, 0);
-    if (tx_->kick_prepare()) {
+    if (vq_->kick_prepare()) {
         // The device would sleep through this batch without a kick: a small
         // one it may take right here (ORDER: kick_prepare's seq_cst fence
         // already ordered the publish before its look at the device's flags;
@@ -144,31 +169,31 @@ void QueuePair::tx_flush() noexcept {
             direct_tx_.run(direct_tx_.ctx)) {
             stats_.tx_direct.add();
         } else {
-            fds_.tx_kick->signal();
+            fds_.kick->signal();
             stats_.tx_kicks.add();
         }
     }
-    if (cfg_.tx_mode == TxMode::Napi) tx_rearm_delayed(stats_.tx_completions_at_xmit);
+    if (tx_mode_ == TxMode::Napi) tx_rearm_delayed(stats_.tx_completions_at_xmit);
 }
 
-void QueuePair::tx_rearm_delayed(Counter& where) noexcept {
+void SendQueue::tx_rearm_delayed(Counter& where) noexcept {
     // Bounded: each failed enable means a used entry is pending, and each
     // reap frees one of at most tx_size in flight (or the queue broke, and
     // enable_cb_delayed then says true).
-    while (!tx_->enable_cb_delayed()) {
-        tx_->disable_cb();
+    while (!vq_->enable_cb_delayed()) {
+        vq_->disable_cb();
         if (reap_tx(UINT32_MAX, where) == 0) break;
     }
 }
 
-uint32_t QueuePair::free_old_xmit() noexcept {
+uint32_t SendQueue::free_old_xmit() noexcept {
     return reap_tx(UINT32_MAX, stats_.tx_completions_at_xmit);
 }
 
-uint32_t QueuePair::reap_tx(uint32_t max, Counter& where) noexcept {
+uint32_t SendQueue::reap_tx(uint32_t max, Counter& where) noexcept {
     uint32_t n = 0;
     ring::UsedBuf u;
-    while (n < max && tx_->get_used(u)) {
+    while (n < max && vq_->get_used(u)) {
         // The token is our own first slot (get_used validated the head);
         // an xmit_sg packet's other slots hang off it.
         uint32_t id = static_cast<uint32_t>(u.token);
@@ -176,7 +201,7 @@ uint32_t QueuePair::reap_tx(uint32_t max, Counter& where) noexcept {
         while (id != kNoBuf) {
             const uint32_t next = tx_recs_[id].next;
             tx_recs_[id] = TxRecord{};
-            free_buf(id);
+            pool_.free(id);
             id = next;
         }
         ++n;
@@ -185,25 +210,25 @@ uint32_t QueuePair::reap_tx(uint32_t max, Counter& where) noexcept {
         stats_.tx_completions.add(n);
         where.add(n);
     }
-    if (tx_stopped_ && tx_->num_free() >= tx_wake_descs_) {
+    if (tx_stopped_ && vq_->num_free() >= tx_wake_descs_) {
         tx_stopped_ = false;
         stats_.tx_queue_wakes.add();
         // Free-on-xmit armed the interrupt only to hear about room.
-        if (cfg_.tx_mode == TxMode::FreeOnXmit) tx_->disable_cb();
+        if (tx_mode_ == TxMode::FreeOnXmit) vq_->disable_cb();
     }
     return n;
 }
 
-uint32_t QueuePair::poll_tx(uint32_t budget) noexcept {
+uint32_t SendQueue::poll_tx(uint32_t budget) noexcept {
     stats_.tx_napi_polls.add();
-    const bool napi = cfg_.tx_mode == TxMode::Napi;
-    if (napi) tx_->disable_cb();
+    const bool napi = tx_mode_ == TxMode::Napi;
+    if (napi) vq_->disable_cb();
     uint32_t n = reap_tx(budget, stats_.tx_completions_napi);
     // napi_complete + virtqueue_poll: re-arm at the next entry, then look
     // again for entries that raced the re-arm.
     while (n < budget) {
-        if (!napi || tx_->enable_cb()) return n;
-        tx_->disable_cb();
+        if (!napi || vq_->enable_cb()) return n;
+        vq_->disable_cb();
         const uint32_t m = reap_tx(budget - n, stats_.tx_completions_napi);
         if (m == 0) return n;  // broken mid-way: enable_cb says true next time
         n += m;
@@ -212,20 +237,20 @@ uint32_t QueuePair::poll_tx(uint32_t budget) noexcept {
     return n;
 }
 
-void QueuePair::poll_cleantx() noexcept {
+void SendQueue::poll_cleantx() noexcept {
     // virtnet_poll_cleantx: reap with interrupts off, then re-arm delayed so
     // the tx interrupt stays only as the fallback.
-    tx_->disable_cb();
+    vq_->disable_cb();
     reap_tx(UINT32_MAX, stats_.tx_completions_at_rx);
     tx_rearm_delayed(stats_.tx_completions_at_rx);
 }
 
-uint32_t QueuePair::tx_interrupt(uint32_t budget) noexcept {
-    if (fds_.tx_call->consume() == 0) return 0;
+uint32_t SendQueue::tx_interrupt(uint32_t budget) noexcept {
+    if (fds_.call->consume() == 0) return 0;
     stats_.tx_interrupts.add();
-    if (cfg_.tx_mode == TxMode::FreeOnXmit) {
+    if (tx_mode_ == TxMode::FreeOnXmit) {
         // skb_xmit_done: room again; the next xmit reaps.
-        if (!tx_stopped_) tx_->disable_cb();
+        if (!tx_stopped_) vq_->disable_cb();
         return 0;
     }
     if (budget == 0) return 0;
@@ -234,7 +259,7 @@ uint32_t QueuePair::tx_interrupt(uint32_t budget) noexcept {
     do {
         got = poll_tx(budget);
         n += got;
-    } while (got == budget && !tx_->broken());
+    } while (got == budget && !vq_->broken());
     return n;
 }
 
