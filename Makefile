@@ -33,11 +33,12 @@ FUZZ_DIR    := $(BUILD_ROOT)/fuzz
 TSAN_DIR    := $(BUILD_ROOT)/tsan
 CORPUS_DIR  := tests/fuzz/corpus
 
-# iproute2, iperf3 and iputils-ping: the relay tests (tests/relay/); ethtool: tap_port_test.
+# iproute2, iperf3 and iputils-ping: the relay tests (tests/relay/); ethtool: tap_port_test;
+# python3: the docs_tables test (tools/render_tables.py).
 DEB_PACKAGES := build-essential cmake ninja-build g++ clang-14 libclang-rt-14-dev llvm-14 \
                 libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev \
                 libfmt-dev liburing-dev pkg-config \
-                iproute2 iperf3 iputils-ping ethtool
+                iproute2 iperf3 iputils-ping ethtool python3
 # Only the benches need these: DPDK's testpmd (the PVP baseline), gnuplot, sockperf
 # (the relay bench, which uses iperf3 and ping as well), python3 (tools/render_tables.py).
 BENCH_PACKAGES := dpdk dpdk-dev gnuplot-nox sockperf iperf3 iputils-ping python3

@@ -313,6 +313,109 @@ def atrx(d):
             + d.source(*names))
 
 
+# ---- seed 002: the relay -------------------------------------------------------
+
+def relay_columns(j):
+    return [(c["variant"], c.get("veth", False), [r for r in c.get("rounds", []) if "setup_error" not in r])
+            for c in j["columns"]]
+
+
+def relay(d):
+    j = d.json("relay")
+    cols = relay_columns(j)
+    rows = []
+    for fi, flows in enumerate(j["flows"]):
+        label = f"{flows} flow{'s' if flows > 1 else ''}"
+
+        def iperf(key, digits, ranged=False, veth_na=False):
+            out = []
+            for _, veth, rounds in cols:
+                xs = [r["iperf3"][fi][key] for r in rounds
+                      if fi < len(r.get("iperf3", [])) and key in r["iperf3"][fi]]
+                out.append("n/a" if veth and veth_na else (mmm(xs, digits) if ranged else fmt(med(xs), digits)))
+            return out
+        rows.append([f"{label} Gbit/s"] + iperf("gbps", 2, ranged=flows == 1))
+        rows.append([f"{label} bytes/pkt"] + iperf("bytes_per_pkt", 0))
+        rows.append([f"{label} cycles/byte"] + iperf("cycles_per_byte", 2, veth_na=True))
+    for proto in ("udp", "tcp"):
+        out = []
+        for _, _, rounds in cols:
+            sp = [r[f"sockperf_{proto}"] for r in rounds if "p50_us" in r.get(f"sockperf_{proto}", {})]
+            out.append(" / ".join(fmt(med([x[k] for x in sp]), 0) for k in ("p50_us", "p99_us", "p999_us")))
+        rows.append([f"{proto.upper()} 64 B p50 / p99 / p99.9 µs"] + out)
+    return (f"Medians of {j['repeat']} rounds (1 flow: min–max), columns interleaved per round; iperf3 "
+            f"{j['seconds']:g} s per run, sockperf ping-pong {j['latency_seconds']:g} s; cycles/byte is the "
+            f"relay process's run time (schedstat) × the rdtsc rate per byte received:\n\n"
+            + table([""] + [c[0] for c in cols], rows) + d.source("relay"))
+
+
+def relay_ping(d):
+    j = d.json("relay")
+    rows = []
+    for name, _, rounds in relay_columns(j):
+        row = [name]
+        for direction in ("a_to_b", "b_to_a"):
+            ps = [r["ping"][direction] for r in rounds if r.get("ping", {}).get(direction, {}).get("avg_ms") is not None]
+            row.append(" / ".join(fmt(med([p[k] for p in ps]), 3) for k in ("min_ms", "avg_ms", "max_ms", "mdev_ms")))
+            loss = [r["ping"][direction]["loss_pct"] for r in rounds if "loss_pct" in r.get("ping", {}).get(direction, {})]
+            row.append(fmt(max(loss, default=float("nan")), 1))
+        rows.append(row)
+    return (f"`ping -i {j.get('ping_interval_s', 0.1):g}`, {j['ping_count']} per direction and round, rtt "
+            f"min / avg / max / mdev in ms (medians of {j['repeat']} rounds), loss the worst round's; A is the "
+            f"guest tap's namespace (the VPN client's tun), B the host tap's:\n\n"
+            + table(["", "A → B rtt ms", "A → B loss %", "B → A rtt ms", "B → A loss %"], rows)
+            + d.source("relay"))
+
+
+# ---- the README's one line per seed --------------------------------------------
+
+def summary(d):
+    rows = []
+    try:
+        pe = d.json("pvp-event")
+
+        def mp(w, q):
+            c = next(c for c in pe["cells"] if c["frame_bytes"] == 64 and c["weight"] == w and c["queue_size"] == q)
+            return med([r["mpps"] for r in ok_runs(c)])
+        q = max(c["queue_size"] for c in pe["cells"])
+        rows.append(["[001](docs/seed-001-packet-weight.md) packet weight on rx and tx",
+                     f"PVP 64 B, queue {q}: weight 256 {fmt(mp('weight 256', q), 2)} Mpps against the "
+                     f"baseline's {fmt(mp('baseline', q), 2)} ({fmt(mp('weight 256', q) / mp('baseline', q), 2)}×)"])
+    except (KeyError, StopIteration, FileNotFoundError, ZeroDivisionError):
+        pass
+    try:
+        a = by_variant(d.json("atrx-w8-s500"), 1)
+        st = by_variant(d.json("stream"), 1)
+        napi = med([r["tx_interrupts_per_s"] for r in a["napi"]])
+        at = med([r["tx_interrupts_per_s"] for r in a["napi+at-rx"]])
+        rows.append(["[000](docs/seed-000-tx-completion.md) tx NAPI, coalescing, at-rx",
+                     f"1 flow stream: upstream {fmt(med([r['goodput_gbps'] for r in st['upstream']]), 1)}, napi "
+                     f"{fmt(med([r['goodput_gbps'] for r in st['napi']]), 1)} Gbit/s goodput; at-rx cuts tx "
+                     f"interrupts {fmt(napi, 0)} → {fmt(at, 0)}/s when ACKs interleave with a slow device"])
+    except (KeyError, FileNotFoundError):
+        pass
+    try:
+        j = d.json("relay")
+        cols = {n: rounds for n, _, rounds in relay_columns(j)}
+
+        def g(n):
+            return med([r["iperf3"][0]["gbps"] for r in cols.get(n, []) if r.get("iperf3") and "gbps" in r["iperf3"][0]])
+
+        def ping(n):
+            return med([r["ping"]["a_to_b"]["avg_ms"] for r in cols.get(n, [])
+                        if r.get("ping", {}).get("a_to_b", {}).get("avg_ms") is not None])
+        rows.append(["[002](docs/seed-002-tun-rings.md) tun I/O through rings, the direct path",
+                     f"1 flow TCP: plain tun relay {fmt(g('plain'), 1)}, rings {fmt(g('napi+at-rx'), 1)}, "
+                     f"+ direct {fmt(g('napi+at-rx+direct'), 1)} Gbit/s (veth {fmt(g('veth'), 1)}); ping A → B avg "
+                     f"{fmt(ping('plain'), 3)} / {fmt(ping('napi+at-rx'), 3)} / {fmt(ping('napi+at-rx+direct'), 3)} ms"])
+    except (KeyError, FileNotFoundError):
+        pass
+    rows.append(["003 XPS by rx queue", "not built yet (issue 12)"])
+    rows.append(["004 persistent grants", "not built yet (issue 13)"])
+    return table(["seed", "headline, from the last `make bench`"], rows) + \
+        f"\n<sub>Data: `{d.rel}/` (every file records its commit, command line and machine).</sub>\n"
+
+
 # ---- the split ring alone ----------------------------------------------------
 
 def microbench(d):
@@ -339,6 +442,9 @@ def microbench(d):
 
 RENDERERS = {
     "microbench": microbench,
+    "relay": relay,
+    "relay-ping": relay_ping,
+    "summary": summary,
     "pvp-event-64": lambda d: pvp_event(d, 64),
     "pvp-event-512": lambda d: pvp_event(d, 512),
     "pvp-event-1518": lambda d: pvp_event(d, 1518),
