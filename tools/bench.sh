@@ -60,7 +60,7 @@ done
 
 # Seed 002: the relay between two namespaces (veth, plain tun relay, rings).
 run relay bench relay --json "$out/relay.json" --plot "$out/relay" \
-    ::full --repeat 3 ::quick --repeat 1 --flows 1 --seconds 2 --latency-seconds 1 --ping-count 10
+    ::full --repeat 3 --ping-count 50 ::quick --repeat 1 --flows 1 --seconds 2 --latency-seconds 1 --ping-count 10
 
 # The split ring alone (Google Benchmark): 5 repetitions, randomly interleaved.
 micro=${MICROBENCH:-./build/release/src/bench/micro/pvnet-microbench}

@@ -425,7 +425,11 @@ def microbench(d):
         if b.get("run_type") == "iteration":
             reps.setdefault(b["run_name"], []).append(b)
     rows = []
-    for name, rs in reps.items():
+    # The benchmark's own order (families as declared), not the random run order.
+    order = {n: i for i, n in enumerate(dict.fromkeys(
+        b["run_name"] for b in sorted(j["benchmarks"], key=lambda b: b.get("family_index", 0) * 1000
+                                      + b.get("per_family_instance_index", 0))))}
+    for name, rs in sorted(reps.items(), key=lambda kv: order[kv[0]]):
         ns = [r["ns_per_buf"] for r in rs]
         short = name.replace("/manual_time", "").replace("/real_time", "")
         if "eventfd:0" in short:

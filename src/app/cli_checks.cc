@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "bench_common.h"
+#include "pvnet/lab/child.h"
 #include "pvnet/bench/relay_bench.h"
 
 namespace pvnet::app::checks {
@@ -184,16 +185,6 @@ CLI::Validator NeedsTool(const std::string& tool, const std::string& hint) {
         "");
 }
 
-bool tool_in_path(const std::string& tool) {
-    const char* path = std::getenv("PATH");
-    const std::string p = path ? path : "/usr/bin:/bin";
-    for (std::size_t from = 0;;) {
-        const std::size_t colon = p.find(':', from);
-        const std::string dir = p.substr(from, colon - from);
-        if (!dir.empty() && ::access((dir + "/" + tool).c_str(), X_OK) == 0) return true;
-        if (colon == std::string::npos) return false;
-        from = colon + 1;
-    }
-}
+bool tool_in_path(const std::string& tool) { return lab::find_executable(tool).has_value(); }
 
 }  // namespace pvnet::app::checks
