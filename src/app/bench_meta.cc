@@ -3,11 +3,13 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include <cstdio>
+#include <chrono>
 #include <ctime>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "pvnet/lab/child.h"
 
 namespace pvnet::app {
 namespace {
@@ -17,16 +19,13 @@ std::vector<std::string>& argv_store() {
     return v;
 }
 
-/// stdout of `cmd` without its trailing newline; "" if it fails.
-std::string run_capture(const std::string& cmd) {
-    std::string out;
-    if (std::FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r")) {
-        char buf[256];
-        while (std::fgets(buf, sizeof buf, p)) out += buf;
-        if (pclose(p) != 0) out.clear();
-    }
-    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-    return out;
+/// Output of a short command without its trailing newline; "" if it fails.
+std::string run_capture(const std::vector<std::string>& argv) {
+    auto out = lab::run_ok(argv, std::chrono::seconds(5));
+    if (!out) return {};
+    std::string s = std::move(*out);
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
 }
 
 std::string cpu_model() {
@@ -42,8 +41,7 @@ std::string cpu_model() {
 
 /// The installed Debian package's version, or null when it is not installed.
 nlohmann::json package_version(const char* pkg) {
-    const std::string v =
-        run_capture(std::string("dpkg-query -W -f='${Status} ${Version}' ") + pkg);
+    const std::string v = run_capture({"dpkg-query", "-W", "-f=${Status} ${Version}", pkg});
     const std::string installed = "install ok installed ";
     if (v.rfind(installed, 0) != 0) return nullptr;
     return v.substr(installed.size());
@@ -59,10 +57,11 @@ nlohmann::json bench_meta() {
     nlohmann::json m;
     // The source tree this binary was built from; "-dirty" when it has
     // uncommitted changes, so a figure from unpublished code says so.
-    std::string commit = run_capture("git -C '" PVNET_SOURCE_DIR "' rev-parse --short=12 HEAD");
+    std::string commit = run_capture({"git", "-C", PVNET_SOURCE_DIR, "rev-parse", "--short=12", "HEAD"});
     if (commit.empty()) {
         commit = "unknown";
-    } else if (!run_capture("git -C '" PVNET_SOURCE_DIR "' status --porcelain --untracked-files=no")
+    } else if (!run_capture({"git", "-C", PVNET_SOURCE_DIR, "status", "--porcelain",
+                             "--untracked-files=no"})
                     .empty()) {
         commit += "-dirty";
     }
