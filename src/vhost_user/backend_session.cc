@@ -207,8 +207,10 @@ BackendSession::Fail BackendSession::dispatch(Request r, std::span<const std::by
 
     uint64_t u64 = 0;
     VringState st;
+    const bool vring_state = r == Request::SetVringNum || r == Request::SetVringBase ||
+                             r == Request::GetVringBase || r == Request::SetVringEnable;
     if (want == sizeof u64) std::memcpy(&u64, p.data(), sizeof u64);
-    if (want == sizeof st) {
+    if (vring_state) {
         std::memcpy(&st, p.data(), sizeof st);
         if (st.index >= vrings_.size()) return Fail::Payload;  // checked before any narrowing
     }

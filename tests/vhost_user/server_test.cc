@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -131,10 +132,12 @@ public:
         if (!send(r, kVersion, nullptr, 0)) return std::nullopt;
         return reply(r);
     }
-    /// True when the back-end closed the connection (EOF within the timeout).
+    /// True when the back-end closed the connection within the timeout (EOF,
+    /// or a reset when it closed with our bytes unread).
     bool closed_by_peer() {
         char c;
-        return ::recv(fd_, &c, 1, 0) == 0;
+        const ssize_t n = ::recv(fd_, &c, 1, 0);
+        return n == 0 || (n < 0 && errno == ECONNRESET);
     }
 
 private:
@@ -380,7 +383,7 @@ TEST(VhostUserServer, WithoutProtocolFeaturesRingsStartEnabled) {
     EXPECT_EQ(b.st().rings_started.get(), 2u);
     packets_flow(b, g, 7);
     // Without REPLY_ACK a refused request closes the connection.
-    ASSERT_TRUE(fe.msg(Request::SetVringNum, vs(0, 3), {}, true));
+    ASSERT_TRUE(fe.msg(Request::NetSetMtu, uint64_t{10}, {}, true));
     EXPECT_TRUE(fe.closed_by_peer());
     EXPECT_EQ(b.st().bad_payload.get(), 1u);
 }
@@ -398,7 +401,7 @@ TEST(VhostUserServer, FramingErrorsCloseTheConnection) {
     closes(kVersion | kFlagReply, 0);                   // a reply sent as a request
     closes(kVersion | kFlagNeedReply, kMaxPayload + 1);  // oversized
     EXPECT_EQ(b.st().bad_header.get(), 3u);
-    EXPECT_EQ(b.st().messages.get(), 3u * 6u);  // only negotiate()'s
+    EXPECT_EQ(b.st().messages.get(), 3u * 5u);  // only negotiate()'s
     fresh_setup_works(b);
 }
 
@@ -420,10 +423,11 @@ TEST(VhostUserServer, BadPayloadsFdsAndStateAreRefusedWithAnAck) {
     // Vring indexes past the data vrings (ctrl = 2 * max_pairs, and 255).
     for (uint32_t i : {2u, 255u, 0x10000u}) {
         EXPECT_NE(fe.ack(Request::SetVringNum, vs(i, kRingSize)).value_or(0), 0u);
+    }
+    for (uint64_t i : {uint64_t{2}, uint64_t{255}, uint64_t{0x200}}) {
         auto e = notify::EventFd::create();
         const int fd = e->fd();
-        EXPECT_NE(fe.ack(Request::SetVringCall, uint64_t{i & 0xff}, std::span(&fd, 1)).value_or(0),
-                  i == 0x10000u ? 1u : 0u);
+        EXPECT_NE(fe.ack(Request::SetVringCall, i, std::span(&fd, 1)).value_or(0), 0u);
     }
     // Not a power of two, too big.
     EXPECT_NE(fe.ack(Request::SetVringNum, vs(0, 3)).value_or(0), 0u);
