@@ -1,0 +1,119 @@
+// BackendSession: one front-end's vhost-user session, without the socket
+// (DESIGN.md layer 9). The server (or a fuzz target) hands it each request
+// whole — header, payload, the fds that came with it — and sends the reply
+// it returns. The session turns requests into the device's control plane
+// (backend::NetDevice) and owns what the front-end gave it: the mapped
+// memory regions and the kick/call/err eventfds.
+//
+// Rules (everything is hostile until checked):
+// - Framing (header_ok): version 1, no REPLY flag, size <= kMaxPayload; a
+//   bad header always closes the connection.
+// - Per request: the exact payload size and fd count, the vring index
+//   against the device's 2 * max_pairs data vrings (the control queue is
+//   QEMU's own: CTRL_VQ and NOTF_COAL are never offered), contents checked
+//   before anything changes. Every fd not kept is closed, on every path.
+// - A refused request is answered with a REPLY_ACK failure when REPLY_ACK
+//   was negotiated and NEED_REPLY set (the connection stays), else closes
+//   the connection. Unknown requests follow the same rule.
+// - A vring runs once it has a size, addresses, a memory table, a kick fd
+//   (or the no-fd flag) and is enabled (with PROTOCOL_FEATURES only after
+//   SET_VRING_ENABLE 1). GET_VRING_BASE and disabling stop it; a new kick
+//   restarts it from its base.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "pvnet/backend/net_device.h"
+#include "pvnet/mem/memory_region.h"
+#include "pvnet/mem/memory_table.h"
+#include "pvnet/notify/event_fd.h"
+#include "pvnet/vhost_user/protocol.h"
+#include "pvnet/vhost_user/server.h"
+
+namespace pvnet::vhost_user {
+
+/// What the server does after a request: send `reply` (when reply_len is
+/// non-zero), then keep reading or close the connection.
+struct Outcome {
+    bool close = false;
+    std::size_t reply_len = 0;
+    std::array<std::byte, sizeof(MsgHeader) + sizeof(uint64_t)> reply{};
+};
+
+/// The virtio features offered to a front-end: the device's, without the
+/// control-queue features QEMU emulates itself, plus PROTOCOL_FEATURES.
+uint64_t session_features(const backend::NetDevice& dev) noexcept;
+
+class BackendSession {
+public:
+    BackendSession(backend::NetDevice& dev, const ServerConfig& cfg, SessionStats& stats) noexcept;
+    /// Stops every running vring, resets the device, then unmaps and closes.
+    ~BackendSession();
+    BackendSession(const BackendSession&) = delete;
+    BackendSession& operator=(const BackendSession&) = delete;
+
+    /// Framing: version 1, REPLY clear, size <= kMaxPayload (counts bad_header).
+    bool header_ok(const MsgHeader& h) noexcept;
+
+    /// One request. Takes ownership of every fd in `fds` (kept or closed).
+    /// `payload` must hold h.size bytes.
+    Outcome handle(const MsgHeader& h, std::span<const std::byte> payload,
+                   std::span<const int> fds) noexcept;
+
+    uint16_t mtu() const noexcept { return mtu_; }
+
+private:
+    /// The fds of one request: handlers take what they keep; the rest are
+    /// closed when it goes out of scope.
+    class Fds;
+    struct Vring {
+        uint16_t num = 0;
+        bool has_addr = false;
+        ring::SplitRingAddrs addrs;  ///< guest-physical
+        uint16_t base = 0;
+        bool kick_set = false;  ///< a kick fd, or the no-fd flag
+        bool enabled = false;   ///< SET_VRING_ENABLE (with PROTOCOL_FEATURES)
+        bool started = false;
+        // Stable addresses: the device holds pointers to them while running.
+        std::unique_ptr<notify::EventFd> kick, call, err;
+    };
+    struct Memory {
+        std::vector<MemRegion> wire;  ///< as the front-end described them
+        std::vector<mem::MemoryRegion> maps;
+        std::vector<std::byte*> hosts;  ///< each region's first byte (offset applied)
+        mem::MemoryTable table;
+    };
+    enum class Fail : uint8_t { None, Payload, Fds, State, Unsupported };
+
+    Fail dispatch(Request r, std::span<const std::byte> p, Fds& fds, uint64_t& reply,
+                  bool& has_reply) noexcept;
+    Fail set_features(uint64_t f) noexcept;
+    Fail set_mem_table(std::span<const std::byte> p, Fds& fds) noexcept;
+    Fail set_vring_addr(const VringAddr& a) noexcept;
+    Fail set_vring_fd(Request r, uint64_t v, Fds& fds) noexcept;
+    /// Starts vring i if it is complete and enabled; false if the device refused it.
+    bool maybe_start(uint16_t i) noexcept;
+    void stop(uint16_t i) noexcept;
+    void stop_all_and_reset() noexcept;
+    bool ring_enabled(const Vring& v) const noexcept;
+    bool any_started() const noexcept;
+    bool user_to_guest(uint64_t uva, uint64_t& gpa) const noexcept;
+
+    backend::NetDevice& dev_;
+    const ServerConfig& cfg_;
+    SessionStats& stats_;
+    std::vector<Vring> vrings_;  ///< 2 * max_pairs data vrings
+    std::unique_ptr<Memory> mem_;
+    uint64_t features_ = 0;
+    bool features_set_ = false;
+    uint64_t protocol_features_ = 0;
+    uint64_t status_ = 0;
+    uint16_t mtu_ = 0;
+};
+
+}  // namespace pvnet::vhost_user
