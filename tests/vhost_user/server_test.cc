@@ -589,6 +589,49 @@ TEST(VhostUserServer, FloodOfSetVringCallKeepsTheFdCount) {
     packets_flow(b, g, 9);
 }
 
+TEST(VhostUserServer, ARingTheDeviceRefusesIsARejection) {
+    Bed b("badring");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    negotiate(fe);
+    const int mfd = g.region.fd();
+    ASSERT_EQ(fe.ack(Request::SetMemTable, g.mem_table(), std::span(&mfd, 1)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetVringNum, vs(0, kRingSize)), 0u);
+    // Inside the region, but the descriptor table runs past its end.
+    VringAddr a = g.vring_addr(0);
+    a.desc_user_addr = kUva + g.region.size() - 16;
+    ASSERT_EQ(fe.ack(Request::SetVringAddr, a), 0u);
+    const int k = g.kick[0].fd();
+    ASSERT_EQ(fe.ack(Request::SetVringKick, uint64_t{0}, std::span(&k, 1)), 0u);
+    const uint64_t payload = b.st().bad_payload.get();
+    EXPECT_NE(fe.ack(Request::SetVringEnable, vs(0, 1)).value_or(0), 0u);
+    EXPECT_EQ(b.st().bad_payload.get(), payload + 1);
+    EXPECT_EQ(b.st().rings_started.get(), 0u);
+    EXPECT_FALSE(b.dev->vring_started(0));
+    // Fixed addresses: it starts.
+    ASSERT_EQ(fe.ack(Request::SetVringEnable, vs(0, 0)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetVringAddr, g.vring_addr(0)), 0u);
+    EXPECT_EQ(fe.ack(Request::SetVringEnable, vs(0, 1)), 0u);
+    EXPECT_TRUE(b.dev->vring_started(0));
+}
+
+TEST(VhostUserServer, StopEndsTheSessionResetsTheDeviceAndRemovesTheSocket) {
+    Bed b("stop");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    full_setup(fe, g);
+    packets_flow(b, g, 0);
+    b.server->stop();
+    EXPECT_TRUE(fe.closed_by_peer());
+    EXPECT_FALSE(b.dev->vring_started(0));
+    EXPECT_FALSE(b.dev->vring_started(1));
+    EXPECT_EQ(b.dev->features(), 0u);
+    EXPECT_EQ(b.st().rings_stopped.get(), 2u);
+    EXPECT_EQ(b.st().disconnects.get(), 1u);
+    struct stat st{};
+    EXPECT_NE(::lstat(b.cfg.path.c_str(), &st), 0);
+}
+
 TEST(VhostUserServer, SecondFrontEndIsRejectedWhileOneIsServed) {
     Bed b("busy");
     FrontEnd first(b.cfg.path);
