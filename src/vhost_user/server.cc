@@ -163,9 +163,10 @@ void Server::Impl::run() noexcept {
         watch_listen = true;
         mtu = 0;
         serve(conn);
-        ::close(conn);
+        // Counted before the close the front-end sees (the session is already gone).
         connected = false;
         stats.disconnects.add();
+        ::close(conn);
     }
 }
 
@@ -196,8 +197,8 @@ int Server::Impl::next_connection() noexcept {
 bool Server::Impl::reject_busy() noexcept {
     const int extra = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (extra < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    stats.busy_rejected.add();  // before the close the rejected peer sees
     ::close(extra);
-    stats.busy_rejected.add();
     return true;
 }
 
