@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -60,6 +61,15 @@ int count_fds() {
     DIR* d = ::opendir("/proc/self/fd");
     while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
     ::closedir(d);
+    return n;
+}
+
+/// Lines of /proc/self/maps: the mappings this process holds.
+int count_maps() {
+    FILE* f = std::fopen("/proc/self/maps", "r");
+    int n = 0;
+    for (int c; (c = std::fgetc(f)) != EOF;) n += c == '\n';
+    std::fclose(f);
     return n;
 }
 
@@ -522,25 +532,31 @@ TEST(VhostUserServer, UnsupportedWithoutNeedReplyCloses) {
 
 TEST(VhostUserServer, MemTableReplacedWhileRunningRestartsRings) {
     Bed b("remap");
-    FrontEnd fe(b.cfg.path);
     Guest g;
-    full_setup(fe, g);
-    packets_flow(b, g, 0);
-    // The front-end remapped guest memory at another address: same fd, same gpa.
-    const uint64_t moved = kUva + (1ull << 32);
-    const int mfd = g.region.fd();
-    ASSERT_EQ(fe.ack(Request::SetMemTable, g.mem_table(moved), std::span(&mfd, 1)), 0u);
-    EXPECT_EQ(b.st().mem_tables.get(), 2u);
-    EXPECT_EQ(b.st().rings_stopped.get(), 2u);
-    EXPECT_EQ(b.st().rings_started.get(), 4u);
-    EXPECT_TRUE(b.dev->vring_started(0));
-    EXPECT_TRUE(b.dev->vring_started(1));
-    packets_flow(b, g, 1);
-    packets_flow(b, g, 2);
-    // Addresses now translate through the new user addresses only.
-    ASSERT_TRUE(fe.msg(Request::GetVringBase, vs(1, 0), {}, false));
-    ASSERT_TRUE(fe.reply(Request::GetVringBase));
-    EXPECT_NE(fe.ack(Request::SetVringAddr, g.vring_addr(1)).value_or(0), 0u);
+    const int maps_before = count_maps();
+    {
+        FrontEnd fe(b.cfg.path);
+        full_setup(fe, g);
+        packets_flow(b, g, 0);
+        // The front-end remapped guest memory at another address: same fd, same gpa.
+        const uint64_t moved = kUva + (1ull << 32);
+        const int mfd = g.region.fd();
+        ASSERT_EQ(fe.ack(Request::SetMemTable, g.mem_table(moved), std::span(&mfd, 1)), 0u);
+        EXPECT_EQ(b.st().mem_tables.get(), 2u);
+        EXPECT_EQ(b.st().rings_stopped.get(), 2u);
+        EXPECT_EQ(b.st().rings_started.get(), 4u);
+        EXPECT_TRUE(b.dev->vring_started(0));
+        EXPECT_TRUE(b.dev->vring_started(1));
+        packets_flow(b, g, 1);
+        packets_flow(b, g, 2);
+        // Addresses now translate through the new user addresses only.
+        ASSERT_TRUE(fe.msg(Request::GetVringBase, vs(1, 0), {}, false));
+        ASSERT_TRUE(fe.reply(Request::GetVringBase));
+        EXPECT_NE(fe.ack(Request::SetVringAddr, g.vring_addr(1)).value_or(0), 0u);
+    }
+    // Both tables unmapped once the front-end is gone.
+    ASSERT_TRUE(wait_until([&] { return b.st().disconnects.get() == 1; }));
+    EXPECT_EQ(count_maps(), maps_before);
 }
 
 TEST(VhostUserServer, HalfAMessageThenStallIsClosed) {
