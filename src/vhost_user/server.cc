@@ -3,7 +3,6 @@
 // handed to a BackendSession, its reply written back.
 #include "pvnet/vhost_user/server.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -78,8 +77,14 @@ struct Server::Impl {
     int next_connection() noexcept;
     void serve(int conn) noexcept;
     enum class Read : uint8_t { Ok, Eof, Close, Stop };
+    /// Reads `len` bytes and their fds. `deadline` is set when a message's
+    /// first byte arrives (epoch: none yet, wait idle without one).
     Read read_exact(int conn, std::byte* buf, std::size_t len, std::vector<int>& fds,
-                    bool first) noexcept;
+                    Clock::time_point& deadline) noexcept;
+    /// Accepts and closes a second front-end; false when accept fails (the
+    /// listening socket is then left unwatched for this session, no spin).
+    bool reject_busy() noexcept;
+    bool watch_listen = true;
     bool write_all(int conn, const std::byte* buf, std::size_t len) noexcept;
 };
 
@@ -155,20 +160,22 @@ void Server::Impl::run() noexcept {
         if (conn < 0) continue;
         stats.connections.add();
         connected = true;
+        watch_listen = true;
         mtu = 0;
         serve(conn);
-        ::close(conn);
+        // Counted before the close the front-end sees (the session is already gone).
         connected = false;
         stats.disconnects.add();
+        ::close(conn);
     }
 }
 
 int Server::Impl::next_connection() noexcept {
     if (cfg.client) {
         const auto addr = unix_addr(cfg.path);
-        const int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (s >= 0 && ::connect(s, reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr) == 0 &&
-            ::fcntl(s, F_SETFL, O_NONBLOCK) == 0) {
+        // Non-blocking: a front-end whose backlog is full answers EAGAIN, not a wait.
+        const int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (s >= 0 && ::connect(s, reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr) == 0) {
             return s;
         }
         if (s >= 0) ::close(s);
@@ -178,13 +185,27 @@ int Server::Impl::next_connection() noexcept {
     }
     pollfd p[2] = {{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
     if (::poll(p, 2, -1) <= 0 || (p[1].revents & POLLIN) != 0) return -1;
-    return ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int c = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c < 0 && errno != EAGAIN && errno != EINTR) {
+        // Out of fds (EMFILE) leaves the socket readable: back off instead of spinning.
+        pollfd sp{stop_fd, POLLIN, 0};
+        (void)::poll(&sp, 1, static_cast<int>(cfg.retry_ms));
+    }
+    return c;
+}
+
+bool Server::Impl::reject_busy() noexcept {
+    const int extra = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (extra < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    stats.busy_rejected.add();  // before the close the rejected peer sees
+    ::close(extra);
+    return true;
 }
 
 Server::Impl::Read Server::Impl::read_exact(int conn, std::byte* buf, std::size_t len,
-                                            std::vector<int>& fds, bool first) noexcept {
+                                            std::vector<int>& fds,
+                                            Clock::time_point& deadline) noexcept {
     std::size_t got = 0;
-    Clock::time_point deadline{};
     bool ctrunc = false;
     while (got < len) {
         alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxFds)];
@@ -206,31 +227,24 @@ Server::Impl::Read Server::Impl::read_exact(int conn, std::byte* buf, std::size_
                 }
             }
             if ((mh.msg_flags & MSG_CTRUNC) != 0) ctrunc = true;
-            if (got == 0 && first) deadline = Clock::now() + std::chrono::milliseconds(cfg.stall_ms);
+            if (deadline == Clock::time_point{}) {
+                deadline = Clock::now() + std::chrono::milliseconds(cfg.stall_ms);
+            }
             got += static_cast<std::size_t>(n);
             continue;
         }
-        if (n == 0) return got == 0 && first ? Read::Eof : Read::Close;
+        if (n == 0) return deadline == Clock::time_point{} ? Read::Eof : Read::Close;
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) return Read::Close;
-        if (got == 0 && first) {
+        if (deadline == Clock::time_point{}) {
             // Idle between messages: wait without a deadline, but wake for stop()
             // and for a second front-end knocking.
             pollfd p[3] = {{conn, POLLIN, 0}, {stop_fd, POLLIN, 0}, {listen_fd, POLLIN, 0}};
-            const nfds_t np = listen_fd >= 0 ? 3 : 2;
+            const nfds_t np = listen_fd >= 0 && watch_listen ? 3 : 2;
             if (::poll(p, np, -1) < 0 && errno != EINTR) return Read::Close;
             if ((p[1].revents & POLLIN) != 0) return Read::Stop;
-            if (np == 3 && (p[2].revents & POLLIN) != 0) {
-                const int extra = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-                if (extra >= 0) {
-                    ::close(extra);
-                    stats.busy_rejected.add();
-                }
-            }
+            if (np == 3 && (p[2].revents & POLLIN) != 0) watch_listen = reject_busy();
             continue;
-        }
-        if (deadline == Clock::time_point{}) {
-            deadline = Clock::now() + std::chrono::milliseconds(cfg.stall_ms);
         }
         const Wait w = wait_fd(conn, POLLIN, stop_fd, deadline);
         if (w == Wait::Stop) return Read::Stop;
@@ -276,9 +290,12 @@ void Server::Impl::serve(int conn) noexcept {
     };
     for (;;) {
         MsgHeader h;
-        Read r = read_exact(conn, reinterpret_cast<std::byte*>(&h), sizeof h, fds, true);
+        Clock::time_point deadline{};
+        Read r = read_exact(conn, reinterpret_cast<std::byte*>(&h), sizeof h, fds, deadline);
         if (r == Read::Ok && !session.header_ok(h)) r = Read::Close;
-        if (r == Read::Ok && h.size != 0) r = read_exact(conn, payload.data(), h.size, fds, false);
+        if (r == Read::Ok && h.size != 0) {
+            r = read_exact(conn, payload.data(), h.size, fds, deadline);
+        }
         if (r != Read::Ok) {
             close_all();
             return;

@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -60,6 +61,18 @@ int count_fds() {
     DIR* d = ::opendir("/proc/self/fd");
     while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
     ::closedir(d);
+    return n;
+}
+
+/// Mappings of the guest's memfd in /proc/self/maps (the back-end's and the test's own).
+int count_maps() {
+    FILE* f = std::fopen("/proc/self/maps", "r");
+    int n = 0;
+    char line[512];
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+        n += std::strstr(line, "memfd:vu_guest") != nullptr;
+    }
+    std::fclose(f);
     return n;
 }
 
@@ -522,25 +535,31 @@ TEST(VhostUserServer, UnsupportedWithoutNeedReplyCloses) {
 
 TEST(VhostUserServer, MemTableReplacedWhileRunningRestartsRings) {
     Bed b("remap");
-    FrontEnd fe(b.cfg.path);
     Guest g;
-    full_setup(fe, g);
-    packets_flow(b, g, 0);
-    // The front-end remapped guest memory at another address: same fd, same gpa.
-    const uint64_t moved = kUva + (1ull << 32);
-    const int mfd = g.region.fd();
-    ASSERT_EQ(fe.ack(Request::SetMemTable, g.mem_table(moved), std::span(&mfd, 1)), 0u);
-    EXPECT_EQ(b.st().mem_tables.get(), 2u);
-    EXPECT_EQ(b.st().rings_stopped.get(), 2u);
-    EXPECT_EQ(b.st().rings_started.get(), 4u);
-    EXPECT_TRUE(b.dev->vring_started(0));
-    EXPECT_TRUE(b.dev->vring_started(1));
-    packets_flow(b, g, 1);
-    packets_flow(b, g, 2);
-    // Addresses now translate through the new user addresses only.
-    ASSERT_TRUE(fe.msg(Request::GetVringBase, vs(1, 0), {}, false));
-    ASSERT_TRUE(fe.reply(Request::GetVringBase));
-    EXPECT_NE(fe.ack(Request::SetVringAddr, g.vring_addr(1)).value_or(0), 0u);
+    const int maps_before = count_maps();
+    {
+        FrontEnd fe(b.cfg.path);
+        full_setup(fe, g);
+        packets_flow(b, g, 0);
+        // The front-end remapped guest memory at another address: same fd, same gpa.
+        const uint64_t moved = kUva + (1ull << 32);
+        const int mfd = g.region.fd();
+        ASSERT_EQ(fe.ack(Request::SetMemTable, g.mem_table(moved), std::span(&mfd, 1)), 0u);
+        EXPECT_EQ(b.st().mem_tables.get(), 2u);
+        EXPECT_EQ(b.st().rings_stopped.get(), 2u);
+        EXPECT_EQ(b.st().rings_started.get(), 4u);
+        EXPECT_TRUE(b.dev->vring_started(0));
+        EXPECT_TRUE(b.dev->vring_started(1));
+        packets_flow(b, g, 1);
+        packets_flow(b, g, 2);
+        // Addresses now translate through the new user addresses only.
+        ASSERT_TRUE(fe.msg(Request::GetVringBase, vs(1, 0), {}, false));
+        ASSERT_TRUE(fe.reply(Request::GetVringBase));
+        EXPECT_NE(fe.ack(Request::SetVringAddr, g.vring_addr(1)).value_or(0), 0u);
+    }
+    // Both tables unmapped once the front-end is gone.
+    ASSERT_TRUE(wait_until([&] { return b.st().disconnects.get() == 1; }));
+    EXPECT_EQ(count_maps(), maps_before);
 }
 
 TEST(VhostUserServer, HalfAMessageThenStallIsClosed) {
@@ -587,6 +606,49 @@ TEST(VhostUserServer, FloodOfSetVringCallKeepsTheFdCount) {
     ASSERT_EQ(fe.ack(Request::SetVringCall, uint64_t{0}, std::span(&c0, 1)), 0u);
     ASSERT_EQ(fe.ack(Request::SetVringCall, uint64_t{1}, std::span(&c1, 1)), 0u);
     packets_flow(b, g, 9);
+}
+
+TEST(VhostUserServer, ARingTheDeviceRefusesIsARejection) {
+    Bed b("badring");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    negotiate(fe);
+    const int mfd = g.region.fd();
+    ASSERT_EQ(fe.ack(Request::SetMemTable, g.mem_table(), std::span(&mfd, 1)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetVringNum, vs(0, kRingSize)), 0u);
+    // Inside the region, but the descriptor table runs past its end.
+    VringAddr a = g.vring_addr(0);
+    a.desc_user_addr = kUva + g.region.size() - 16;
+    ASSERT_EQ(fe.ack(Request::SetVringAddr, a), 0u);
+    const int k = g.kick[0].fd();
+    ASSERT_EQ(fe.ack(Request::SetVringKick, uint64_t{0}, std::span(&k, 1)), 0u);
+    const uint64_t payload = b.st().bad_payload.get();
+    EXPECT_NE(fe.ack(Request::SetVringEnable, vs(0, 1)).value_or(0), 0u);
+    EXPECT_EQ(b.st().bad_payload.get(), payload + 1);
+    EXPECT_EQ(b.st().rings_started.get(), 0u);
+    EXPECT_FALSE(b.dev->vring_started(0));
+    // Fixed addresses: it starts.
+    ASSERT_EQ(fe.ack(Request::SetVringEnable, vs(0, 0)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetVringAddr, g.vring_addr(0)), 0u);
+    EXPECT_EQ(fe.ack(Request::SetVringEnable, vs(0, 1)), 0u);
+    EXPECT_TRUE(b.dev->vring_started(0));
+}
+
+TEST(VhostUserServer, StopEndsTheSessionResetsTheDeviceAndRemovesTheSocket) {
+    Bed b("stop");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    full_setup(fe, g);
+    packets_flow(b, g, 0);
+    b.server->stop();
+    EXPECT_TRUE(fe.closed_by_peer());
+    EXPECT_FALSE(b.dev->vring_started(0));
+    EXPECT_FALSE(b.dev->vring_started(1));
+    EXPECT_EQ(b.dev->features(), 0u);
+    EXPECT_EQ(b.st().rings_stopped.get(), 2u);
+    EXPECT_EQ(b.st().disconnects.get(), 1u);
+    struct stat st{};
+    EXPECT_NE(::lstat(b.cfg.path.c_str(), &st), 0);
 }
 
 TEST(VhostUserServer, SecondFrontEndIsRejectedWhileOneIsServed) {
