@@ -14,7 +14,7 @@ fi
 pvnet="${1:?usage: usage-docs.sh [--check] PVNET [OUTDIR]}"
 out="${2:-$root/docs/usage}"
 
-commands=("relay" "bench pvp" "bench fairness" "bench stream" "bench rr" "bench relay")
+commands=("relay" "serve" "bench pvp" "bench fairness" "bench stream" "bench rr" "bench relay")
 
 write_pages() {
   local dir="$1" cmd page

@@ -15,5 +15,7 @@ void add_bench_stream_rr(CLI::App& bench);
 void add_bench_relay(CLI::App& bench);
 /// `pvnet relay`.
 void add_relay_command(CLI::App& app);
+/// `pvnet serve` (built with the vhost-user library: PVNET_HAVE_SERVE).
+void add_serve_command(CLI::App& app);
 
 }  // namespace pvnet::app

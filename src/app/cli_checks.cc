@@ -1,7 +1,9 @@
 // The option checks of cli_checks.h.
 #include "cli_checks.h"
 
+#include <arpa/inet.h>
 #include <net/if.h>
+#include <sys/un.h>
 #include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -152,6 +154,37 @@ CLI::Validator OutputPath() {
             return {};
         },
         "file in an existing dir");
+}
+
+CLI::Validator SocketPath() {
+    const std::string rule = "a socket path of 1 to " + std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) +
+                             " characters, no white space, in an existing directory";
+    return CLI::Validator(
+        [rule](std::string& s) -> std::string {
+            const std::size_t slash = s.rfind('/');
+            const std::string dir = slash == std::string::npos ? "." : s.substr(0, slash + 1);
+            bool ok = !s.empty() && s.size() < sizeof(sockaddr_un{}.sun_path) &&
+                      slash + 1 != s.size() && !is_dir(s) && is_dir(dir);
+            for (const char c : s) {
+                if (std::isspace(static_cast<unsigned char>(c))) ok = false;
+            }
+            return ok ? std::string() : must_be(s, rule);
+        },
+        "socket path");
+}
+
+CLI::Validator Ipv4() {
+    return CLI::Validator(
+        [](std::string& s) -> std::string {
+            in_addr a{};
+            const uint32_t h = ::inet_pton(AF_INET, s.c_str(), &a) == 1 ? ntohl(a.s_addr) : 0;
+            // Not 0.0.0.0/8, multicast, reserved or broadcast: a host answers at it.
+            if (h == 0 || (h >> 24) == 0 || (h >> 28) >= 0xe) {
+                return must_be(s, "a unicast IPv4 address (a.b.c.d)");
+            }
+            return {};
+        },
+        "IPv4");
 }
 
 CLI::Validator PktWeight() {

@@ -47,6 +47,11 @@ CLI::Validator IfName();
 CLI::Validator Netns();
 /// A file to write (or a prefix of files): an existing directory holds it.
 CLI::Validator OutputPath();
+/// A unix socket's path: fits sockaddr_un's sun_path, no white space (the
+/// stats lines are key=value words), in an existing directory.
+CLI::Validator SocketPath();
+/// A unicast IPv4 address in dotted-quad form (inet_pton).
+CLI::Validator Ipv4();
 /// The packet weight words of the bench commands (parse_weight): baseline,
 /// none or 1..1000000.
 CLI::Validator PktWeight();

@@ -31,6 +31,7 @@
 #include "pvnet/relay/plain_relay.h"
 #include "pvnet/relay/ring_relay.h"
 #include "pvnet/virtio/virtio_ring.h"
+#include "stop_signals.h"
 
 namespace pvnet::app {
 namespace {
@@ -57,19 +58,6 @@ struct RelayOptions {
 /// TUN_F_* for --offloads: what lets 64 KiB GSO frames and partial checksums through.
 unsigned offload_flags(const RelayOptions& o) {
     return o.offloads == "on" ? port::kTunFGso : 0;
-}
-
-/// SIGINT and SIGTERM as a readable fd. Blocked before any thread starts, so
-/// every thread inherits the mask and only the signalfd sees them.
-int block_stop_signals() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) throw std::runtime_error("sigmask failed");
-    const int fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (fd < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
-    return fd;
 }
 
 std::string dir_counters(const char* name, const relay::PlainDirStats& d) {

@@ -46,6 +46,12 @@ void PrintTo(const Bad& b, std::ostream* os) {
 
 // The arguments a command needs besides the one under test.
 std::string required_args(const Bad& b) {
+    if (b.command == "serve") {
+        std::string s;
+        if (b.option != "--vhost-user") s += " --vhost-user /tmp/pvcli-serve.sock";
+        if (b.option != "--echo" && b.option != "--tap") s += " --macswap";
+        return s;
+    }
     if (b.command != "relay") return "";
     std::string s;
     if (b.option != "--guest-tap") s += " --guest-tap pvcli-a";
@@ -92,6 +98,26 @@ const Bad kBad[] = {
     {"relay", "--backend-cpu", "-2"},
     {"relay", "--offloads", "maybe"},
     {"relay", "--stats-interval", "nan"},
+#ifdef PVNET_HAVE_SERVE
+    // pvnet serve
+    {"serve", "--vhost-user", "/pvcli-no-such-dir/s.sock"},
+    {"serve", "--vhost-user", "/tmp/a b.sock"},
+    {"serve", "--queues", "0"},
+    {"serve", "--echo", "10.0.0.256"},
+    {"serve", "--echo", "224.0.0.1"},
+    {"serve", "--tap", "a/b"},
+    {"serve", "--netns", "pvcli-no-such-netns"},
+    {"serve", "--mode", "spin"},
+    {"serve", "--rx-weight", "1000001"},
+    {"serve", "--tx-weight-bytes", "-1"},
+    {"serve", "--rx-usecs", "1000001"},
+    {"serve", "--tx-frames", "32769"},
+    {"serve", "--busyloop-usecs", "1000001"},
+    {"serve", "--backend-cpu", "-2"},
+    {"serve", "--stats-interval", "inf"},
+    {"serve", "--json-stats", "/pvcli-no-such-dir/s.json"},
+    {"serve", "--mtu", "9001"},
+#endif
     // pvnet bench pvp
     {"bench pvp", "--frame-bytes", "10"},
     {"bench pvp", "--frame-bytes", "100000"},
@@ -166,6 +192,28 @@ TEST(Cli, ListWithOneBadEntryIsRefused) {
               std::string::npos)
         << r.output;
 }
+
+#ifdef PVNET_HAVE_SERVE
+// serve's checks across options run before any socket is bound.
+TEST(Cli, ServeRefusesBadOptionCombinations) {
+    const std::pair<const char*, const char*> cases[] = {
+        {"serve --vhost-user /tmp/pvcli-s.sock", "exactly one port kind"},
+        {"serve --vhost-user /tmp/pvcli-s.sock --macswap --echo 10.0.0.1", "exactly one port kind"},
+        {"serve --vhost-user /tmp/pvcli-s.sock --vhost-user /tmp/pvcli-t.sock --tap pvcli-t",
+         "give one --vhost-user"},
+        {"serve --vhost-user /tmp/pvcli-s.sock --vhost-user /tmp/pvcli-s.sock --macswap",
+         "given once"},
+        {"serve --vhost-user /tmp/pvcli-s.sock --macswap --mode poll --busyloop-usecs 5",
+         "applies to --mode event only"},
+    };
+    for (const auto& [args, msg] : cases) {
+        const Outcome r = run_pvnet(args);
+        EXPECT_EQ(r.status, kValidationError) << args << "\n" << r.output;
+        EXPECT_NE(r.output.find(msg), std::string::npos) << args << "\n" << r.output;
+        EXPECT_EQ(r.output.find("ready"), std::string::npos) << args;
+    }
+}
+#endif
 
 // Checks across options run before the relay opens anything.
 TEST(Cli, RelayRefusesOneTapForBothSides) {

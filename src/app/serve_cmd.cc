@@ -1,0 +1,341 @@
+// `pvnet serve`: virtio-net devices for a VMM (QEMU's vhost-user netdev),
+// one per --vhost-user socket, each a backend::VhostNet over one port per
+// queue pair: IcmpEchoPort (--echo, a host that answers ARP and ping),
+// MacswapPort (--macswap, testpmd's macswap) or a TapPort (--tap, into the
+// host's stack, optionally in a namespace). Each device has its worker
+// thread (NetDevice::start) and a vhost_user::Server on its own thread.
+//
+// Output contract: "ready" once every socket listens (--client: once every
+// server started), per --stats-interval the stats lines, on SIGINT/SIGTERM
+// the final lines (both from the counter tables of stats_table.h, as the
+// --json-stats document is), exit 0.
+#include <arpa/inet.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "app_commands.h"
+#include "cli_checks.h"
+#include "pvnet/backend/ctrl_queue.h"
+#include "pvnet/backend/vhost_net.h"
+#include "pvnet/port/icmp_echo_port.h"
+#include "pvnet/port/macswap_port.h"
+#include "pvnet/port/tap_port.h"
+#include "pvnet/vhost_user/server.h"
+#include "stats_table.h"
+#include "stop_signals.h"
+
+namespace pvnet::app {
+namespace {
+
+struct ServeOptions {
+    std::vector<std::string> sockets;
+    bool client = false;
+    uint16_t queues = 1;
+    std::string echo_ip, tap, netns;
+    bool macswap = false;
+    std::string mode = "event";
+    uint32_t tx_weight = backend::kPktWeight, rx_weight = backend::kPktWeight;
+    uint32_t tx_weight_bytes = backend::kByteWeight, rx_weight_bytes = backend::kByteWeight;
+    uint32_t tx_frames = 0, tx_usecs = 0, rx_frames = 0, rx_usecs = 0;
+    uint32_t busyloop_usecs = 0;
+    int backend_cpu = -1;
+    double stats_interval = 0;
+    std::string json_stats;
+    uint16_t mtu = 1500;
+};
+
+constexpr uint32_t kL2HdrBytes = 14 + 4;  // Ethernet and one 802.1Q tag beyond the MTU
+
+/// The device's feature word. QEMU emulates the control queue itself, so
+/// CTRL_VQ (and NOTF_COAL, which rides on it) are never offered; echo and
+/// macswap hand frames back as they came, so they offer no checksum or GSO
+/// offload either (a partial checksum would come back unfinished).
+uint64_t offered_features(bool offloads) {
+    using namespace virtio;
+    uint64_t f = backend::kVhostNetFeatures &
+                 ~(feature_mask(VIRTIO_NET_F_CTRL_VQ) | feature_mask(VIRTIO_NET_F_NOTF_COAL));
+    if (!offloads) {
+        for (const unsigned b : {VIRTIO_NET_F_CSUM, VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_TSO4,
+                                 VIRTIO_NET_F_GUEST_TSO6, VIRTIO_NET_F_GUEST_ECN,
+                                 VIRTIO_NET_F_GUEST_UFO, VIRTIO_NET_F_HOST_TSO4,
+                                 VIRTIO_NET_F_HOST_TSO6, VIRTIO_NET_F_HOST_ECN,
+                                 VIRTIO_NET_F_HOST_UFO}) {
+            f &= ~feature_mask(b);
+        }
+    }
+    return f;
+}
+
+backend::VhostNetOptions device_options(const ServeOptions& o) {
+    backend::VhostNetOptions opt;
+    opt.rx_weight = backend::Weight{o.rx_weight, o.rx_weight_bytes};
+    opt.tx_weight = backend::Weight{o.tx_weight, o.tx_weight_bytes};
+    opt.mode = o.mode == "poll" ? backend::RunMode::Poll : backend::RunMode::Event;
+    opt.rx_coalesce = notify::CoalesceParams{o.rx_frames, o.rx_usecs};
+    opt.tx_coalesce = notify::CoalesceParams{o.tx_frames, o.tx_usecs};
+    opt.busyloop_usecs = o.busyloop_usecs;
+    opt.offered_features = offered_features(!o.tap.empty());
+    return opt;
+}
+
+/// One socket's device, its ports and its server (destroyed in that order
+/// reversed: the server before the device, the device before its ports).
+template <typename P>
+struct Device {
+    std::vector<std::unique_ptr<P>> ports;
+    std::unique_ptr<backend::VhostNet<P>> dev;
+    std::unique_ptr<vhost_user::Server> server;
+
+    DeviceSample sample(unsigned index) const {
+        DeviceSample s;
+        s.dev = index;
+        s.sock = server->path();
+        s.connected = server->connected();
+        s.groups.push_back(read_counters("device", "", dev->device_stats(), device_counters()));
+        s.groups.push_back(read_counters("session", "", server->stats(), session_counters()));
+        for (uint16_t q = 0; q < dev->max_pairs(); ++q) {
+            QueueSample qs{q, {}};
+            qs.groups.push_back(read_counters("vhost", "", dev->stats(q), vhost_net_counters()));
+            qs.groups.push_back(read_counters("port", "port_", *ports[q], port_counters<P>()));
+            s.queues.push_back(std::move(qs));
+        }
+        return s;
+    }
+};
+
+template <typename P>
+void report(const char* tag, const ServeOptions& o, const std::vector<Device<P>>& devs) {
+    std::vector<DeviceSample> samples;
+    for (unsigned i = 0; i < devs.size(); ++i) samples.push_back(devs[i].sample(i));
+    for (const auto& s : samples) {
+        for (const auto& line : kv_lines(tag, s)) std::printf("%s\n", line.c_str());
+    }
+    std::fflush(stdout);
+    if (o.json_stats.empty()) return;
+    // Written whole, then renamed: a reader never sees half a document.
+    const std::string tmp = o.json_stats + ".tmp";
+    {
+        std::ofstream out(tmp);
+        out << to_json(samples).dump(2) << "\n";
+        if (!out) throw std::runtime_error("writing " + tmp + " failed");
+    }
+    if (std::rename(tmp.c_str(), o.json_stats.c_str()) != 0) {
+        throw std::runtime_error("renaming " + tmp + " to " + o.json_stats + " failed");
+    }
+}
+
+/// Builds every device with `make_port(dev, queue)`, serves until
+/// SIGINT/SIGTERM, stops them and prints the final counters.
+template <typename P, typename MakePort>
+void run(const ServeOptions& o, MakePort make_port) {
+    const int sfd = block_stop_signals();
+    // A front-end that hangs up mid-reply is the server's error to count, not a kill.
+    ::signal(SIGPIPE, SIG_IGN);
+    struct Close {
+        int fd;
+        ~Close() { ::close(fd); }
+    } close_sfd{sfd};
+
+    std::vector<Device<P>> devs(o.sockets.size());
+    const backend::VhostNetOptions opt = device_options(o);
+    for (unsigned d = 0; d < devs.size(); ++d) {
+        Device<P>& dv = devs[d];
+        std::vector<P*> raw;
+        for (uint16_t q = 0; q < o.queues; ++q) {
+            dv.ports.push_back(make_port(d, q));
+            raw.push_back(dv.ports.back().get());
+        }
+        auto dev = backend::VhostNet<P>::create(opt, std::span<P* const>(raw));
+        if (!dev) {
+            throw std::runtime_error("device for " + o.sockets[d] + ": " +
+                                     std::string(backend::to_string(dev.error())));
+        }
+        dv.dev = std::move(*dev);
+        vhost_user::ServerConfig cfg;
+        cfg.path = o.sockets[d];
+        cfg.client = o.client;
+        cfg.max_mtu = o.mtu;
+        auto srv = vhost_user::Server::create(cfg, *dv.dev);
+        if (!srv) throw std::runtime_error(srv.error());
+        dv.server = std::move(*srv);
+    }
+    for (auto& dv : devs) {
+        dv.dev->start(o.backend_cpu);
+        dv.server->start();
+    }
+    std::printf("ready\n");
+    std::fflush(stdout);
+
+    using Clock = std::chrono::steady_clock;
+    const auto interval = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(o.stats_interval));
+    auto next = Clock::now() + interval;
+    for (;;) {
+        int wait_ms = -1;
+        if (o.stats_interval > 0) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                next - Clock::now());
+            wait_ms = static_cast<int>(std::max<int64_t>(0, left.count()));
+        }
+        pollfd p{sfd, POLLIN, 0};
+        if (::poll(&p, 1, wait_ms) == 1) {
+            signalfd_siginfo si;
+            if (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) break;
+        }
+        if (o.stats_interval > 0 && Clock::now() >= next) {
+            report("stats", o, devs);
+            next += interval;
+        }
+    }
+    // The servers first: each ends its session (every running vring
+    // stopped) and removes its socket file; then the workers.
+    for (auto& dv : devs) dv.server->stop();
+    for (auto& dv : devs) dv.dev->stop();
+    report("final", o, devs);
+}
+
+port::IcmpEchoPort::Ipv4 parse_ipv4(const std::string& s) {
+    in_addr a{};
+    if (::inet_pton(AF_INET, s.c_str(), &a) != 1) throw std::runtime_error("bad --echo " + s);
+    port::IcmpEchoPort::Ipv4 ip;
+    std::memcpy(ip.data(), &a.s_addr, 4);  // network order, as on the wire
+    return ip;
+}
+
+void run_serve(const ServeOptions& o) {
+    const uint32_t max_frame = uint32_t{o.mtu} + kL2HdrBytes;
+    if (!o.echo_ip.empty()) {
+        const auto ip = parse_ipv4(o.echo_ip);
+        run<port::IcmpEchoPort>(o, [&](unsigned dev, uint16_t) {
+            // A locally administered MAC, one per device: 02:70:76 ("pv"), then the index.
+            const port::IcmpEchoPort::Mac mac{0x02, 0x70, 0x76, 0, static_cast<uint8_t>(dev >> 8),
+                                              static_cast<uint8_t>(dev + 1)};
+            auto p = port::IcmpEchoPort::create(ip, mac, max_frame);
+            if (!p) throw std::runtime_error("echo port: " + std::string(port::to_string(p.error())));
+            return std::move(*p);
+        });
+    } else if (o.macswap) {
+        run<port::MacswapPort>(o, [&](unsigned, uint16_t) {
+            auto p = port::MacswapPort::create(max_frame);
+            if (!p) {
+                throw std::runtime_error("macswap port: " + std::string(port::to_string(p.error())));
+            }
+            return std::move(*p);
+        });
+    } else {
+        run<port::TapPort>(o, [&](unsigned, uint16_t) {
+            port::TapConfig cfg;
+            cfg.name = o.tap;
+            cfg.netns = o.netns;
+            cfg.offloads = port::kTunFGso;
+            cfg.multi_queue = o.queues > 1;
+            cfg.link_up = true;
+            auto p = port::TapPort::open(cfg);
+            if (!p) throw std::runtime_error("tap " + o.tap + ": " + port::to_string(p.error()));
+            return std::move(*p);
+        });
+    }
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+    auto o = std::make_shared<ServeOptions>();
+    CLI::App* cmd = app.add_subcommand(
+        "serve", "Serve virtio-net devices on vhost-user sockets (QEMU's vhost-user netdev)");
+    using checks::Int;
+    constexpr uint32_t kMaxUsecs = backend::kNotfCoalMaxUsecs;
+    constexpr uint32_t kMaxFrames = backend::kNotfCoalMaxPackets;
+    constexpr uint32_t kMaxWeight = 1'000'000;
+    cmd->add_option("--vhost-user", o->sockets,
+                    "socket of one device (repeat for more devices); listened on, or --client")
+        ->required()
+        ->check(checks::SocketPath());
+    cmd->add_flag("--client", o->client,
+                  "connect to the sockets (QEMU's server=on), retrying, instead of listening");
+    cmd->add_option("--queues", o->queues, "queue pairs per device")->check(Int<uint16_t>(1, 64));
+    CLI::Option* echo =
+        cmd->add_option("--echo", o->echo_ip, "port: answer ARP and ping at this IPv4 address")
+            ->check(checks::Ipv4());
+    CLI::Option* macswap = cmd->add_flag(
+        "--macswap", o->macswap, "port: return every frame with its MAC addresses swapped");
+    CLI::Option* tap = cmd->add_option("--tap", o->tap,
+                                       "port: this tap (created, or attached to), offloads on")
+                           ->check(checks::IfName());
+    CLI::Option* netns = cmd->add_option("--netns", o->netns, "existing namespace of the --tap")
+                             ->check(checks::Netns());
+    cmd->add_option("--mode", o->mode,
+                                        "event: sleep on eventfds; poll: spin on the rings")
+        ->check(checks::OneOf({"event", "poll"}));
+    cmd->add_option("--tx-weight", o->tx_weight, "handle_tx packets per run (0: no limit)")
+        ->check(Int(0u, kMaxWeight, "0: no limit"));
+    cmd->add_option("--rx-weight", o->rx_weight, "handle_rx packets per run (0: no limit)")
+        ->check(Int(0u, kMaxWeight, "0: no limit"));
+    cmd->add_option("--tx-weight-bytes", o->tx_weight_bytes, "handle_tx bytes per run (0: no limit)")
+        ->check(Int(0u, UINT32_MAX, "0: no limit"));
+    cmd->add_option("--rx-weight-bytes", o->rx_weight_bytes, "handle_rx bytes per run (0: no limit)")
+        ->check(Int(0u, UINT32_MAX, "0: no limit"));
+    cmd->add_option("--tx-frames", o->tx_frames, "tx completions per interrupt (0: off)")
+        ->check(Int(0u, kMaxFrames, "0: off"));
+    cmd->add_option("--tx-usecs", o->tx_usecs, "tx interrupt delay, us (0: off)")
+        ->check(Int(0u, kMaxUsecs, "0: off"));
+    cmd->add_option("--rx-frames", o->rx_frames, "rx packets per interrupt (0: off)")
+        ->check(Int(0u, kMaxFrames, "0: off"));
+    cmd->add_option("--rx-usecs", o->rx_usecs, "rx interrupt delay, us (0: off)")
+        ->check(Int(0u, kMaxUsecs, "0: off"));
+    CLI::Option* busyloop =
+        cmd->add_option("--busyloop-usecs", o->busyloop_usecs,
+                        "event mode: spin on the rings this long before sleeping, us")
+            ->check(Int(0u, kMaxUsecs));
+    cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of every device's worker (-1: any)")
+        ->check(checks::Cpu());
+    cmd->add_option("--stats-interval", o->stats_interval, "seconds between stats lines (0: none)")
+        ->check(checks::Real(0.0, 3600.0, "0: none"));
+    cmd->add_option("--json-stats", o->json_stats,
+                    "write the counters as JSON here at every stats line and at the end")
+        ->check(checks::OutputPath());
+    cmd->add_option("--mtu", o->mtu,
+                    "largest MTU: echo/macswap frame size, and the NET_MTU the device offers")
+        ->check(Int<uint16_t>(68, 9000));
+
+    cmd->callback([o, echo, macswap, tap, netns, busyloop] {
+        // Checks across options, before anything opens: CLI11's errors, so the same exit code.
+        const std::size_t ports = echo->count() + macswap->count() + tap->count();
+        if (ports != 1) {
+            throw CLI::ValidationError("--echo/--macswap/--tap",
+                                       "exactly one port kind is required (" +
+                                           std::to_string(ports) + " given)");
+        }
+        if (netns->count() != 0 && tap->count() == 0) {
+            throw CLI::ValidationError("--netns", "applies to --tap only");
+        }
+        if (tap->count() != 0 && o->sockets.size() > 1) {
+            throw CLI::ValidationError("--tap", "serves one device: give one --vhost-user");
+        }
+        if (busyloop->count() != 0 && o->mode == "poll") {
+            throw CLI::ValidationError("--busyloop-usecs", "applies to --mode event only");
+        }
+        std::set<std::string> seen;
+        for (const auto& s : o->sockets) {
+            if (!seen.insert(s).second) {
+                throw CLI::ValidationError("--vhost-user", checks::must_be(s, "given once"));
+            }
+        }
+        run_serve(*o);
+    });
+}
+
+}  // namespace pvnet::app
