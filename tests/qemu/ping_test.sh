@@ -125,7 +125,7 @@ start_qemu() {
 t_start=$(now)
 if ((qemu_server)); then
     start_qemu
-    for ((i = 0; i < 100 && ! -S $sock; i++)); do sleep 0.1; done
+    for ((i = 0; i < 100; i++)); do [[ -S $sock ]] && break; sleep 0.1; done
     [[ -S $sock ]] || fail "QEMU did not create $sock"
     start_backend
     wait_backend_ready

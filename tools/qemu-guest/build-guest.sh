@@ -12,7 +12,7 @@ out=${1:?usage: build-guest.sh OUTDIR}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-if [[ -s $out/vmlinux && -s $out/initramfs.cpio.gz && $out/initramfs.cpio.gz -nt $here/init ]]; then
+if [[ -s $out/vmlinux && -s $out/initramfs.cpio.gz && $out/initramfs.cpio.gz -nt $here/init && $out/initramfs.cpio.gz -nt $0 ]]; then
     exit 0
 fi
 
