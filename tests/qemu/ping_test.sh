@@ -14,6 +14,7 @@
 #     --guest-dir DIR   where build-guest.sh keeps the kernel and initramfs (default
 #                       ${PVNET_GUEST_DIR:-/tmp/pvnet-qemu-guest}); reused across runs
 #     --ip A/L --peer A (192.0.2.2/24, 192.0.2.1)   --count N (5)  --size N (56)  --mtu N
+#     --peer-mac MAC    a static neighbour entry for the peer (a backend that answers no ARP)
 #     --mrg-rxbuf on|off  --host-mtu N  --queues N (mq=on, -smp N)  --device-opts OPTS
 #     --timeout S       whole guest run (180)       --keep    keep the run's logs
 set -euo pipefail
@@ -21,7 +22,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 backends=() ready= qemu_server=0 guest_dir=${PVNET_GUEST_DIR:-/tmp/pvnet-qemu-guest}
-ip=192.0.2.2/24 peer=192.0.2.1 count=5 size=56 mtu= mrg= host_mtu= queues=1 devopts=
+ip=192.0.2.2/24 peer=192.0.2.1 peer_mac= count=5 size=56 mtu= mrg= host_mtu= queues=1 devopts=
 timeout_s=180 keep=0
 while (($#)); do
     case $1 in
@@ -32,6 +33,7 @@ while (($#)); do
         --guest-dir) guest_dir=$2; shift ;;
         --ip) ip=$2; shift ;;
         --peer) peer=$2; shift ;;
+        --peer-mac) peer_mac=$2; shift ;;
         --count) count=$2; shift ;;
         --size) size=$2; shift ;;
         --mtu) mtu=$2; shift ;;
@@ -122,6 +124,7 @@ append="console=ttyS0 no_timer_check panic=-1 quiet loglevel=4 pvnet.ip=$ip pvne
 ((nics > 1)) && append+=" pvnet.ip1=198.51.100.2/24 pvnet.peer1=198.51.100.1"
 append+=" pvnet.count=$count pvnet.size=$size"
 [[ -n $mtu ]] && append+=" pvnet.mtu=$mtu"
+[[ -n $peer_mac ]] && append+=" pvnet.peermac=$peer_mac"
 qemu=(qemu-system-x86_64 -accel tcg -m 256 -smp "$queues" -nodefaults -no-user-config
       -kernel "$guest_dir/vmlinux" -initrd "$guest_dir/initramfs.cpio.gz" -append "$append"
       -display none -serial stdio -no-reboot
