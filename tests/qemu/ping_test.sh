@@ -21,8 +21,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-backends=() ready= qemu_server=0 guest_dir=${PVNET_GUEST_DIR:-/tmp/pvnet-qemu-guest}
-ip=192.0.2.2/24 peer=192.0.2.1 peer_mac= count=5 size=56 mtu= mrg= host_mtu= queues=1 devopts=
+backends=() ready="" qemu_server=0 guest_dir=${PVNET_GUEST_DIR:-/tmp/pvnet-qemu-guest}
+ip=192.0.2.2/24 peer=192.0.2.1 peer_mac="" count=5 size=56 mtu="" mrg="" host_mtu="" queues=1 devopts=""
 timeout_s=180 keep=0
 while (($#)); do
     case $1 in

@@ -67,11 +67,12 @@ ln -s busybox "$ird/bin/sh"  # /init installs the other applets
 # The modules in load order: each module's deps (modules.dep lists them, nearest first) before it.
 order=()
 add_module() {
-    local name=$1 line rel dep
+    local name=$1 line rel dep i have
     line=$(grep -E "(^|/)${name}\.ko(\.xz|\.zst|\.gz)?:" "$moddir/modules.dep" || true)
     [[ -n $line ]] || return 0  # built in, or absent in this kernel (e.g. virtio_pci_legacy_dev)
     rel=${line%%:*}
-    local deps=(${line#*:})
+    local deps
+    read -ra deps <<<"${line#*:}"
     for ((i = ${#deps[@]} - 1; i >= 0; i--)); do
         dep=$(basename "${deps[i]}"); add_module "${dep%%.ko*}"
     done
