@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# ping_test.sh: boot the tiny guest (tools/qemu-guest) under QEMU/TCG with a virtio-net-pci NIC
+# on a vhost-user socket served by BACKEND, let it ping the backend's echo address, and pass when
+# every ping came back and the guest kernel logged no virtio error.
+#
+#   ping_test.sh --backend 'CMD' [options]
+#     --backend CMD     shell command of the vhost-user backend; {sock} is replaced by the socket
+#                       path (e.g. "pvnet serve --vhost-user {sock} --echo 192.0.2.1")
+#     --backend1 CMD    a second NIC (eth1, 198.51.100.2/24 pinging 198.51.100.1) on its own
+#                       socket, served by CMD ({sock} is that socket)
+#     --ready REGEX     wait for REGEX in the backend's output before starting QEMU (default: wait
+#                       for the socket to appear)
+#     --qemu-server     QEMU listens on the sockets (server=on,wait=off), the backends connect
+#     --guest-dir DIR   where build-guest.sh keeps the kernel and initramfs (default
+#                       ${PVNET_GUEST_DIR:-/tmp/pvnet-qemu-guest}); reused across runs
+#     --ip A/L --peer A (192.0.2.2/24, 192.0.2.1)   --count N (5)  --size N (56)  --mtu N
+#     --peer-mac MAC    a static neighbour entry for the peer (a backend that answers no ARP)
+#     --mrg-rxbuf on|off  --host-mtu N  --queues N (mq=on, -smp N)  --device-opts OPTS
+#     --timeout S       whole guest run (180)       --keep    keep the run's logs
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+backends=() ready="" qemu_server=0 guest_dir=${PVNET_GUEST_DIR:-/tmp/pvnet-qemu-guest}
+ip=192.0.2.2/24 peer=192.0.2.1 peer_mac="" count=5 size=56 mtu="" mrg="" host_mtu="" queues=1 devopts=""
+timeout_s=180 keep=0
+while (($#)); do
+    case $1 in
+        --backend) backends[0]=$2; shift ;;
+        --backend1) backends[1]=$2; shift ;;
+        --ready) ready=$2; shift ;;
+        --qemu-server) qemu_server=1 ;;
+        --guest-dir) guest_dir=$2; shift ;;
+        --ip) ip=$2; shift ;;
+        --peer) peer=$2; shift ;;
+        --peer-mac) peer_mac=$2; shift ;;
+        --count) count=$2; shift ;;
+        --size) size=$2; shift ;;
+        --mtu) mtu=$2; shift ;;
+        --mrg-rxbuf) mrg=$2; shift ;;
+        --host-mtu) host_mtu=$2; shift ;;
+        --queues) queues=$2; shift ;;
+        --device-opts) devopts=$2; shift ;;
+        --timeout) timeout_s=$2; shift ;;
+        --keep) keep=1 ;;
+        *) echo "ping_test: unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+[[ -n ${backends[0]:-} ]] || { echo "ping_test: --backend is required" >&2; exit 2; }
+nics=${#backends[@]}
+
+"$root/tools/qemu-guest/build-guest.sh" "$guest_dir"
+
+run=$(mktemp -d /tmp/pvnet-qemu.XXXXXX)
+backend_pids=() qemu_pid=
+cleanup() {
+    # Every child was started with setsid: its process group is its alone.
+    [[ -n $qemu_pid ]] && kill -- -"$qemu_pid" 2>/dev/null || true
+    local pid
+    for pid in "${backend_pids[@]}"; do kill -- -"$pid" 2>/dev/null || true; done
+    ((${#backend_pids[@]})) && sleep 0.5
+    for pid in "${backend_pids[@]}"; do kill -9 -- -"$pid" 2>/dev/null || true; done
+    if ((keep)); then echo "ping_test: logs kept in $run"; else rm -rf "$run"; fi
+}
+trap cleanup EXIT
+fail() {
+    echo "ping_test: FAIL: $*"
+    local n
+    for ((n = 0; n < nics; n++)); do
+        echo "---- backend $n log ($run/backend$n.log)"; tail -n 40 "$run/backend$n.log" 2>/dev/null || true
+    done
+    echo "---- guest log ($run/guest.log)"; tail -n 80 "$run/guest.log" 2>/dev/null || true
+    exit 1
+}
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+sock() { echo "$run/vhost$1.sock"; }
+start_backend() {  # N
+    local cmd=${backends[$1]//\{sock\}/$(sock "$1")}
+    # stdin is a FIFO that stays open (fd 3): an interactive backend (testpmd -i) waits on it.
+    [[ -p $run/backend.in ]] || { mkfifo "$run/backend.in"; exec 3<>"$run/backend.in"; }
+    echo "ping_test: backend $1: $cmd"
+    setsid bash -c "exec $cmd" <&3 >"$run/backend$1.log" 2>&1 &
+    backend_pids[$1]=$!
+}
+wait_backend_ready() {  # N
+    local t0 i log=$run/backend$1.log
+    t0=$(now)
+    for ((i = 0; i < 300; i++)); do
+        kill -0 "${backend_pids[$1]}" 2>/dev/null || fail "backend $1 exited before it was ready"
+        if [[ -n $ready ]]; then
+            grep -Eq -- "$ready" "$log" && break
+        elif ((qemu_server)); then
+            break  # a client backend has nothing to show; the guest's ping tells
+        else
+            [[ -S $(sock "$1") ]] && break
+        fi
+        sleep 0.1
+    done
+    ((i < 300)) || fail "backend $1 not ready within 30 s"
+    echo "ping_test: backend $1 ready after $(elapsed "$t0") s"
+}
+
+# One virtio-net-pci per backend; NIC n is eth$n in the guest (PCI slot order).
+nic_args=()
+for ((n = 0; n < nics; n++)); do
+    # QEMU 7.2 under TCG segfaults when the guest enables MSI-X on a vhost-user NIC: INTx only.
+    dev=virtio-net-pci,netdev=n$n,mac=52:54:00:12:34:5$n,vectors=0
+    [[ -n $mrg ]] && dev+=,mrg_rxbuf=$mrg
+    [[ -n $host_mtu ]] && dev+=,host_mtu=$host_mtu
+    netdev=vhost-user,id=n$n,chardev=c$n
+    if ((queues > 1)); then
+        dev+=,mq=on
+        netdev+=,queues=$queues
+    fi
+    [[ -n $devopts ]] && dev+=,$devopts
+    chardev=socket,id=c$n,path=$(sock $n)
+    ((qemu_server)) && chardev+=,server=on,wait=off
+    nic_args+=(-chardev "$chardev" -netdev "$netdev" -device "$dev")
+done
+append="console=ttyS0 no_timer_check panic=-1 quiet loglevel=4 pvnet.ip=$ip pvnet.peer=$peer"
+((nics > 1)) && append+=" pvnet.ip1=198.51.100.2/24 pvnet.peer1=198.51.100.1"
+append+=" pvnet.count=$count pvnet.size=$size"
+[[ -n $mtu ]] && append+=" pvnet.mtu=$mtu"
+[[ -n $peer_mac ]] && append+=" pvnet.peermac=$peer_mac"
+qemu=(qemu-system-x86_64 -accel tcg -m 256 -smp "$queues" -nodefaults -no-user-config
+      -kernel "$guest_dir/vmlinux" -initrd "$guest_dir/initramfs.cpio.gz" -append "$append"
+      -display none -serial stdio -no-reboot
+      -object memory-backend-memfd,id=mem,size=256M,share=on -numa node,memdev=mem
+      "${nic_args[@]}")
+
+start_qemu() {
+    echo "ping_test: qemu: ${qemu[*]}"
+    setsid timeout -k 5 "$timeout_s" "${qemu[@]}" </dev/null >"$run/guest.log" 2>&1 &
+    qemu_pid=$!
+}
+
+t_start=$(now)
+if ((qemu_server)); then
+    start_qemu
+    for ((n = 0; n < nics; n++)); do
+        for ((i = 0; i < 100; i++)); do [[ -S $(sock $n) ]] && break; sleep 0.1; done
+        [[ -S $(sock $n) ]] || fail "QEMU did not create $(sock $n)"
+        start_backend $n
+        wait_backend_ready $n
+    done
+else
+    for ((n = 0; n < nics; n++)); do start_backend $n; wait_backend_ready $n; done
+    start_qemu
+fi
+t_qemu=$(now)
+qemu_rc=0
+wait "$qemu_pid" || qemu_rc=$?
+qemu_pid=
+guest_s=$(elapsed "$t_qemu")
+((qemu_rc == 124 || qemu_rc == 137)) && fail "guest did not finish within $timeout_s s"
+
+log=$run/guest.log
+grep -a '^PVNET-' "$log" | grep -v '^PVNET-PING' || true
+grep -aq '^PVNET-DONE' "$log" || fail "guest did not reach PVNET-DONE (qemu exit $qemu_rc)"
+# Signs that the device broke the virtio contract (see virtio_ring.c's BAD_RING messages).
+bad=$(grep -aEi 'is not a head|unexpected used|id [0-9]+ out of range|virtio.*(reset|broken)|NETDEV WATCHDOG|Kernel panic|BUG:|Call Trace' "$log" || true)
+[[ -z $bad ]] || fail "guest logged virtio errors: $bad"
+grep -aq '^PVNET-ERROR' "$log" && fail "guest: $(grep -a '^PVNET-ERROR' "$log" | tr '\n' ' ')"
+for ((n = 0; n < nics; n++)); do
+    result=$(grep -a "^PVNET-RESULT ping dev=eth$n " "$log" || true)
+    [[ -n $result ]] || fail "no PVNET-RESULT line for eth$n"
+    sent=$(sed -n 's/.* sent=\([0-9]*\).*/\1/p' <<<"$result")
+    received=$(sed -n 's/.* received=\([0-9]*\).*/\1/p' <<<"$result")
+    [[ $sent == "$count" && $received == "$count" ]] ||
+        fail "eth$n sent=$sent received=$received, want $count/$count"
+    if [[ -n $mtu ]]; then
+        got=$(sed -n 's/.* mtu=\([0-9]*\).*/\1/p' <<<"$result")
+        [[ $got == "$mtu" ]] || fail "eth$n mtu=$got, want $mtu"
+    fi
+    if ((queues > 1)); then
+        info=$(grep -a "^PVNET-INFO dev=eth$n " "$log" || true)
+        [[ $info == *" queues=$queues "* ]] || fail "eth$n has not $queues rx queues: $info"
+    fi
+done
+echo "ping_test: PASS: $nics NIC(s), $count/$count pings each, guest run $guest_s s, total $(elapsed "$t_start") s"
