@@ -13,6 +13,8 @@ void add_bench_fairness(CLI::App& bench);
 void add_bench_stream_rr(CLI::App& bench);
 /// `pvnet bench relay`.
 void add_bench_relay(CLI::App& bench);
+/// `pvnet bench vhost-user`.
+void add_bench_vhost_user(CLI::App& bench);
 /// `pvnet relay`.
 void add_relay_command(CLI::App& app);
 

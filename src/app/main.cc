@@ -42,6 +42,7 @@ int run(int argc, char** argv) {
     add_bench_fairness(*bench);
     add_bench_stream_rr(*bench);
     add_bench_relay(*bench);
+    add_bench_vhost_user(*bench);
     add_relay_command(app);
 
     try {

@@ -104,7 +104,9 @@ struct Testpmd {
         const std::size_t partial = out.size() - std::min(out.size(), kPrompt.size() - 1);
         scanned = std::max(pos, partial);
     }
-    std::string describe_exit() const { return name + " testpmd " + child->exit_status().to_string(); }
+    std::string describe_exit() const {
+        return name + (interactive ? " testpmd " : " ") + child->exit_status().to_string();
+    }
     std::string last_output() const { return child->output_tail(); }
 };
 
