@@ -62,6 +62,10 @@ done
 run relay bench relay --json "$out/relay.json" --plot "$out/relay" \
     ::full --repeat 3 --ping-count 50 ::quick --repeat 1 --flows 1 --seconds 2 --latency-seconds 1 --ping-count 10
 
+# DPDK's virtio-user against testpmd's vhost and pvnet serve (poll, event).
+run vhost-user bench vhost-user --json "$out/vhost-user.json" \
+    ::full --repeat 5 ::quick --repeat 1 --seconds 0.3 --warmup 0.3 --frame-bytes 64 --queue-sizes 256
+
 # The split ring alone (Google Benchmark): 5 repetitions, randomly interleaved.
 micro=${MICROBENCH:-./build/release/src/bench/micro/pvnet-microbench}
 reps=5; [ -z "$quick" ] || reps=1

@@ -13,9 +13,11 @@ void add_bench_fairness(CLI::App& bench);
 void add_bench_stream_rr(CLI::App& bench);
 /// `pvnet bench relay`.
 void add_bench_relay(CLI::App& bench);
+/// `pvnet bench vhost-user`.
+void add_bench_vhost_user(CLI::App& bench);
 /// `pvnet relay`.
 void add_relay_command(CLI::App& app);
-/// `pvnet serve` (built with the vhost-user library: PVNET_HAVE_SERVE).
+/// `pvnet serve`.
 void add_serve_command(CLI::App& app);
 
 }  // namespace pvnet::app

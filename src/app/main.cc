@@ -42,10 +42,9 @@ int run(int argc, char** argv) {
     add_bench_fairness(*bench);
     add_bench_stream_rr(*bench);
     add_bench_relay(*bench);
+    add_bench_vhost_user(*bench);
     add_relay_command(app);
-#ifdef PVNET_HAVE_SERVE
     add_serve_command(app);
-#endif
 
     try {
         app.parse(argc, argv);

@@ -20,6 +20,7 @@
 #include <functional>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <string_view>
 #include <tuple>
 #include <vector>
@@ -88,6 +89,7 @@ void remove_stale(const std::string& huge_dir, const std::string& workdir) {
 struct Testpmd {
     std::string name;
     std::optional<lab::Child> child;
+    bool interactive = true;   // false: a command backend, stopped by SIGTERM alone
     uint64_t prompts = 0;      // "testpmd> " seen so far
     std::size_t scanned = 0;   // output searched for prompts up to here
 
@@ -102,7 +104,9 @@ struct Testpmd {
         const std::size_t partial = out.size() - std::min(out.size(), kPrompt.size() - 1);
         scanned = std::max(pos, partial);
     }
-    std::string describe_exit() const { return name + " testpmd " + child->exit_status().to_string(); }
+    std::string describe_exit() const {
+        return name + (interactive ? " testpmd " : " ") + child->exit_status().to_string();
+    }
     std::string last_output() const { return child->output_tail(); }
 };
 
@@ -145,15 +149,17 @@ bool command(Testpmd& t, const std::string& cmd, std::string& err) {
     return wait_prompt(t, seen, kCommandTimeout, err);
 }
 
-// quit on its command line, then SIGTERM, then SIGKILL; each wait bounded.
+// quit on its command line (testpmd), then SIGTERM, then SIGKILL; each wait bounded.
 void stop(Testpmd& t) {
     if (!t.child) return;
-    if (t.child->running()) {
+    if (t.interactive && t.child->running()) {
         t.child->send_line("stop");
         t.child->send_line("quit");
     }
-    t.child->close_stdin();  // EOF on its stdin also ends the command line
-    pump({&t}, Clock::now() + kQuitTimeout, [&] { return !t.child->running(); });
+    if (t.interactive) {
+        t.child->close_stdin();  // EOF on its stdin also ends the command line
+        pump({&t}, Clock::now() + kQuitTimeout, [&] { return !t.child->running(); });
+    }
     t.child->stop(kTermTimeout);
 }
 
@@ -183,8 +189,8 @@ double rate_mpps(const Sample& a, const Sample& b) {
 // files on every exit path, then (members go in reverse) the hugepages.
 struct Run {
     std::optional<lab::HugepageReservation> huge;
-    Testpmd vhost{"vhost", std::nullopt};
-    Testpmd virtio{"virtio-user", std::nullopt};
+    Testpmd vhost{"vhost", std::nullopt, true};
+    Testpmd virtio{"virtio-user", std::nullopt, true};
     std::string huge_dir, sock, vh_prefix, vu_prefix;
     ~Run() {
         stop(virtio);  // the frontend first, as a guest shuts down before its host
@@ -196,18 +202,32 @@ struct Run {
     }
 };
 
-// EAL options, then testpmd's own after "--".
+// EAL options, then testpmd's own after "--". No huge_dir: --no-huge
+// (memfd-backed, so vhost-user can still share it).
 std::vector<std::string> testpmd_args(const std::string& exe, int cpu, const std::string& huge_dir,
                                       const std::string& prefix, const std::string& vdev,
-                                      uint16_t qsize, const char* fwd) {
+                                      uint16_t qsize, const char* fwd,
+                                      const std::vector<std::string>& extra = {}) {
     const std::string c = std::to_string(cpu), q = std::to_string(qsize);
     std::vector<std::string> a{exe, "--lcores=0@" + c + ",1@" + c, "--no-pci"};
-    for (std::string s : {std::string("--single-file-segments"), "--huge-dir=" + huge_dir,
-                          "--file-prefix=" + prefix, "--vdev=" + vdev, std::string("--"),
+    if (huge_dir.empty()) {
+        a.insert(a.end(), {"--no-huge", "-m", "256"});
+    } else {
+        a.insert(a.end(), {"--single-file-segments", "--huge-dir=" + huge_dir});
+    }
+    for (std::string s : {"--file-prefix=" + prefix, "--vdev=" + vdev, std::string("--"),
                           std::string("-i"), std::string("--nb-cores=1"), "--txd=" + q,
                           "--rxd=" + q, std::string("--forward-mode=") + fwd})
         a.push_back(std::move(s));
+    a.insert(a.end(), extra.begin(), extra.end());
     return a;
+}
+
+// "pvnet-tp-<pid>-<serial>": names this run's socket and file-prefixes.
+std::string new_tag() {
+    static std::atomic<unsigned> serial{0};
+    return std::string(kTag) + std::to_string(::getpid()) + "-" +
+           std::to_string(serial.fetch_add(1));
 }
 
 bool start(Testpmd& t, std::vector<std::string> argv, std::string& err) {
@@ -238,9 +258,7 @@ TestpmdResult run(const TestpmdConfig& cfg) {
     r.huge_dir = r.huge->dir();
     remove_stale(r.huge_dir, cfg.workdir);
 
-    static std::atomic<unsigned> serial{0};
-    const std::string tag =
-        std::string(kTag) + std::to_string(::getpid()) + "-" + std::to_string(serial.fetch_add(1));
+    const std::string tag = new_tag();
     const std::string sock = (fs::path(cfg.workdir) / (tag + ".sock")).string();
     if (sock.size() >= sizeof(sockaddr_un::sun_path)) return fail("socket path too long: " + sock);
     r.sock = sock;
@@ -301,6 +319,208 @@ TestpmdResult run(const TestpmdConfig& cfg) {
     return res;
 }
 
+
+// ---- virtio-user client against a backend under test ----------------------
+
+constexpr auto kReadyTimeout = std::chrono::seconds(10);
+constexpr auto kFinalTimeout = std::chrono::seconds(5);
+constexpr auto kDrain = std::chrono::milliseconds(300);  // backend empties the rings after `stop`
+constexpr const char* kMbufs = "--total-num-mbufs=16384";
+
+struct PortCounts {
+    double t_s = 0;
+    uint64_t ipackets = 0, opackets = 0;
+};
+
+std::optional<PortCounts> port_counts(lab::TelemetryClient& t) {
+    const auto t0 = Clock::now();
+    auto j = t.query("/ethdev/stats,0");
+    const auto t1 = Clock::now();
+    if (!j || !j->is_object()) return std::nullopt;
+    for (const char* k : {"ipackets", "opackets"})
+        if (!j->contains(k) || !(*j)[k].is_number_unsigned()) return std::nullopt;
+    PortCounts c;
+    c.t_s = std::chrono::duration<double>((t0 + (t1 - t0) / 2).time_since_epoch()).count();
+    c.ipackets = (*j)["ipackets"].get<uint64_t>();
+    c.opackets = (*j)["opackets"].get<uint64_t>();
+    return c;
+}
+
+bool link_up(lab::TelemetryClient& t) {
+    auto j = t.query("/ethdev/link_status,0");
+    return j && j->is_object() && j->contains("status") && (*j)["status"] == "UP";
+}
+
+// utime + stime of every thread of `pid`, in seconds.
+std::optional<double> process_cpu_s(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(in, line)) return std::nullopt;
+    const auto close = line.rfind(") ");  // comm may hold spaces and ')'
+    if (close == std::string::npos) return std::nullopt;
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    unsigned long long utime = 0, stime = 0;
+    // Fields after comm start at 3 (state); utime and stime are 14 and 15.
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+        if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+        if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
+    }
+    if (!rest) return std::nullopt;
+    return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// The value of `key` in a "final k=v k=v" line.
+std::optional<uint64_t> final_value(const std::string& line, const std::string& key) {
+    std::istringstream in(line);
+    for (std::string kv; in >> kv;) {
+        if (kv.size() > key.size() + 1 && kv.compare(0, key.size() + 1, key + "=") == 0) {
+            char* end = nullptr;
+            errno = 0;
+            const unsigned long long v = std::strtoull(kv.c_str() + key.size() + 1, &end, 10);
+            if (errno == 0 && end && *end == '\0') return v;
+        }
+    }
+    return std::nullopt;
+}
+
+// The last line of `out` that starts with "final ".
+std::string final_line(const std::string& out) {
+    std::string last;
+    std::istringstream in(out);
+    for (std::string l; std::getline(in, l);)
+        if (l.rfind("final ", 0) == 0) last = l;
+    return last;
+}
+
+VirtioUserPeerResult run_peer(const VirtioUserPeerConfig& cfg) {
+    VirtioUserPeerResult res;
+    const auto fail = [&res](std::string why) {
+        res.error = std::move(why);
+        return res;
+    };
+    auto exe = lab::find_executable(cfg.testpmd);
+    if (!exe) return fail(exe.error() + " (Debian: dpdk-dev)");
+    if (cfg.backend_cpu < 0 || cfg.client_cpu < 0 || cfg.queue_size == 0 || !(cfg.seconds > 0) ||
+        cfg.warmup_s < 0 || cfg.frame_bytes < 60)
+        return fail("virtio-user peer: cpus >= 0, queue_size and seconds > 0, frames >= 60 bytes");
+    const bool dpdk_backend = cfg.backend_command.empty();
+    std::string err;
+    Run r;  // r.vhost: the backend, r.virtio: the client
+    r.vhost.name = dpdk_backend ? "vhost" : "backend";
+    r.vhost.interactive = dpdk_backend;
+    if (cfg.hugepages) {
+        auto huge = lab::HugepageReservation::reserve(kHugepagesNeeded);
+        if (!huge) return fail(huge.error());
+        r.huge.emplace(std::move(*huge));
+        r.huge_dir = r.huge->dir();
+    }
+    remove_stale(r.huge_dir, cfg.workdir);
+    const std::string tag = new_tag();
+    r.sock = (fs::path(cfg.workdir) / (tag + ".sock")).string();
+    if (r.sock.size() >= sizeof(sockaddr_un::sun_path)) return fail("socket path too long: " + r.sock);
+    std::error_code ec;
+    fs::remove(r.sock, ec);
+    r.vh_prefix = tag + "-vh";
+    r.vu_prefix = tag + "-vu";
+
+    if (dpdk_backend) {
+        if (!start(r.vhost,
+                   testpmd_args(*exe, cfg.backend_cpu, r.huge_dir, r.vh_prefix,
+                                "net_vhost0,iface=" + r.sock + ",queues=1", cfg.queue_size,
+                                "macswap", {kMbufs}),
+                   err))
+            return fail(err);
+    } else {
+        std::vector<std::string> argv = cfg.backend_command;
+        for (auto& a : argv)
+            if (a == "{sock}") a = r.sock;
+        auto c = lab::Child::spawn(argv);
+        if (!c) return fail("backend: " + c.error());
+        r.vhost.child.emplace(std::move(*c));
+        if (!r.vhost.child->wait_for_line("ready", kReadyTimeout))
+            return fail("backend printed no 'ready' within " +
+                        std::to_string(kReadyTimeout.count()) + " s" +
+                        (r.vhost.child->running() ? std::string()
+                                                  : " (" + r.vhost.describe_exit() + ")") +
+                        "; its output ends:\n" + r.vhost.last_output());
+    }
+    if (!start(r.virtio,
+               testpmd_args(*exe, cfg.client_cpu, r.huge_dir, r.vu_prefix,
+                            "net_virtio_user0,path=" + r.sock +
+                                ",queues=1,queue_size=" + std::to_string(cfg.queue_size),
+                            cfg.queue_size, "io", {kMbufs}),
+               err) ||
+        !command(r.virtio, "set txpkts " + std::to_string(cfg.frame_bytes), err))
+        return fail(err);
+
+    auto tvu = lab::TelemetryClient::connect(lab::dpdk_telemetry_path(r.vu_prefix));
+    if (!tvu) return fail("virtio-user testpmd: " + tvu.error());
+    std::optional<lab::TelemetryClient> tvh;
+    if (dpdk_backend) {
+        auto c = lab::TelemetryClient::connect(lab::dpdk_telemetry_path(r.vh_prefix));
+        if (!c) return fail("vhost testpmd: " + c.error());
+        tvh.emplace(std::move(*c));
+    }
+    const bool up = pump({&r.vhost, &r.virtio}, Clock::now() + kLinkTimeout, [&] {
+        return link_up(*tvu) && (!tvh || link_up(*tvh));
+    });
+    if (!up)
+        return fail("link not up; virtio-user output ends:\n" + r.virtio.last_output() +
+                    "\nbackend output ends:\n" + r.vhost.last_output());
+    if (dpdk_backend && !command(r.vhost, "start", err)) return fail(err);
+    if (!command(r.virtio, "start tx_first 32", err)) return fail(err);
+
+    sleep_pumping({&r.vhost, &r.virtio}, cfg.warmup_s);
+    const pid_t bpid = r.vhost.child->pid();
+    const auto c0 = port_counts(*tvu);
+    const auto cpu0 = process_cpu_s(bpid);
+    sleep_pumping({&r.vhost, &r.virtio}, cfg.seconds);
+    const auto c1 = port_counts(*tvu);
+    const auto cpu1 = process_cpu_s(bpid);
+    if (!c0 || !c1 || !cpu0 || !cpu1) {
+        err = "counters not readable mid-run";
+        for (Testpmd* t : {&r.vhost, &r.virtio})
+            if (!t->child->running()) err += "; " + t->describe_exit() + ":\n" + t->last_output();
+        return fail(err);
+    }
+    const double dt = c1->t_s - c0->t_s;
+    res.window_rx_pkts = c1->ipackets - std::min(c1->ipackets, c0->ipackets);
+    res.rx_mpps = dt > 0 ? static_cast<double>(res.window_rx_pkts) / dt / 1e6 : 0;
+    res.tx_mpps = dt > 0 ? static_cast<double>(c1->opackets - std::min(c1->opackets, c0->opackets)) /
+                               dt / 1e6
+                         : 0;
+    res.backend_cpu_s = *cpu1 - *cpu0;
+
+    // Stop the guest, let the backend drain its tx ring, then read every total.
+    if (!command(r.virtio, "stop", err)) return fail(err);
+    sleep_pumping({&r.vhost, &r.virtio}, std::chrono::duration<double>(kDrain).count());
+    const auto cend = port_counts(*tvu);
+    if (!cend) return fail("virtio-user telemetry failed after stop");
+    res.client_rx = cend->ipackets;
+    res.client_tx = cend->opackets;
+    if (dpdk_backend) {
+        const auto bend = port_counts(*tvh);
+        if (!bend) return fail("vhost telemetry failed after stop");
+        res.backend_rx = bend->ipackets;
+        res.backend_tx = bend->opackets;
+    } else {
+        const lab::ExitStatus st = r.vhost.child->stop(kFinalTimeout);
+        res.backend_final = final_line(r.vhost.child->output());
+        const auto rx = final_value(res.backend_final, "rx_pkts");
+        const auto tx = final_value(res.backend_final, "tx_pkts");
+        if (!rx || !tx)
+            return fail("backend (" + st.to_string() +
+                        ") printed no 'final' line with rx_pkts and tx_pkts; its output ends:\n" +
+                        r.vhost.last_output());
+        res.backend_rx = *rx;
+        res.backend_tx = *tx;
+    }
+    if (!(res.rx_mpps > 0)) return fail("no packets came back in the window");
+    res.ok = true;
+    return res;
+}
+
 }  // namespace
 
 bool testpmd_available(const std::string& testpmd) noexcept {
@@ -321,6 +541,24 @@ TestpmdResult run_testpmd_pvp(const TestpmdConfig& cfg) noexcept {
     } catch (...) {
         TestpmdResult res;
         res.error = "testpmd pvp: unknown exception";
+        return res;
+    }
+}
+
+}  // namespace pvnet::bench
+
+namespace pvnet::bench {
+
+VirtioUserPeerResult run_virtio_user_peer(const VirtioUserPeerConfig& cfg) noexcept {
+    try {
+        return run_peer(cfg);
+    } catch (const std::exception& e) {  // the Run destructor has stopped both sides
+        VirtioUserPeerResult res;
+        res.error = std::string("virtio-user peer: ") + e.what();
+        return res;
+    } catch (...) {
+        VirtioUserPeerResult res;
+        res.error = "virtio-user peer: unknown exception";
         return res;
     }
 }

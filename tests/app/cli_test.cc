@@ -98,7 +98,6 @@ const Bad kBad[] = {
     {"relay", "--backend-cpu", "-2"},
     {"relay", "--offloads", "maybe"},
     {"relay", "--stats-interval", "nan"},
-#ifdef PVNET_HAVE_SERVE
     // pvnet serve
     {"serve", "--vhost-user", "/pvcli-no-such-dir/s.sock"},
     {"serve", "--vhost-user", "/tmp/a b.sock"},
@@ -117,7 +116,6 @@ const Bad kBad[] = {
     {"serve", "--stats-interval", "inf"},
     {"serve", "--json-stats", "/pvcli-no-such-dir/s.json"},
     {"serve", "--mtu", "9001"},
-#endif
     // pvnet bench pvp
     {"bench pvp", "--frame-bytes", "10"},
     {"bench pvp", "--frame-bytes", "100000"},
@@ -193,7 +191,6 @@ TEST(Cli, ListWithOneBadEntryIsRefused) {
         << r.output;
 }
 
-#ifdef PVNET_HAVE_SERVE
 // serve's checks across options run before any socket is bound.
 TEST(Cli, ServeRefusesBadOptionCombinations) {
     const std::pair<const char*, const char*> cases[] = {
@@ -213,7 +210,6 @@ TEST(Cli, ServeRefusesBadOptionCombinations) {
         EXPECT_EQ(r.output.find("ready"), std::string::npos) << args;
     }
 }
-#endif
 
 // Checks across options run before the relay opens anything.
 TEST(Cli, RelayRefusesOneTapForBothSides) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pvnet::bench {
 
@@ -41,5 +42,51 @@ bool testpmd_available(const std::string& testpmd = "dpdk-testpmd") noexcept;
 /// Run it in the same boosted autogroup as the pvnet run it is compared with:
 /// the testpmd processes inherit the caller's. Never throws.
 TestpmdResult run_testpmd_pvp(const TestpmdConfig& cfg) noexcept;
+
+
+// ---- a vhost-user backend under test, DPDK's virtio-user as its guest ------
+//
+// The client is dpdk-testpmd with net_virtio_user (io forwarding, one
+// forwarding lcore; `start tx_first 32` puts 32 bursts in flight), the
+// backend either testpmd's net_vhost in macswap mode or a command speaking
+// pvnet serve's contract: it prints a line "ready" once its socket listens,
+// and on SIGTERM a line "final k=v ..." with at least rx_pkts (frames taken
+// from the guest's tx ring) and tx_pkts (frames put in its rx ring), then
+// exits. DPDK 19.02 and later back --no-huge with memfd, which is what a
+// vhost-user backend needs to map guest memory, so `hugepages = false`
+// runs both DPDK processes without hugepages (-m 256).
+
+struct VirtioUserPeerConfig {
+    /// Empty: testpmd net_vhost (macswap). Otherwise the backend's argv;
+    /// every argument equal to "{sock}" is replaced by the socket path.
+    std::vector<std::string> backend_command;
+    int backend_cpu = 0;                   ///< testpmd backend's lcores (a command places itself)
+    int client_cpu = 1;                    ///< both lcores of the client: --lcores=0@c,1@c
+    uint16_t queue_size = 256;             ///< virtio_user queue_size, --txd/--rxd
+    uint16_t frame_bytes = 64;             ///< client `set txpkts N`
+    double warmup_s = 1.0;
+    double seconds = 1.0;                  ///< measured window
+    bool hugepages = true;                 ///< false: --no-huge -m 256 (memfd)
+    std::string testpmd = "dpdk-testpmd";
+    std::string workdir = "/tmp";          ///< the socket
+};
+
+struct VirtioUserPeerResult {
+    bool ok = false;
+    std::string error;
+    double rx_mpps = 0;            ///< client rx rate in the window: the loop's throughput
+    double tx_mpps = 0;            ///< client tx rate in the window
+    uint64_t window_rx_pkts = 0;   ///< client rx in the window
+    double backend_cpu_s = 0;      ///< backend process utime+stime in the window
+    /// Totals once the client stopped and the backend drained: the client's
+    /// port counters, and the backend's (testpmd telemetry, or its final line).
+    uint64_t client_rx = 0, client_tx = 0, backend_rx = 0, backend_tx = 0;
+    std::string backend_final;     ///< a command backend's final line
+};
+
+/// Starts backend then client, measures, stops the client's forwarding,
+/// reads every counter, stops both (bounded; SIGTERM for a command backend)
+/// and removes the socket and DPDK files. Never throws.
+VirtioUserPeerResult run_virtio_user_peer(const VirtioUserPeerConfig& cfg) noexcept;
 
 }  // namespace pvnet::bench

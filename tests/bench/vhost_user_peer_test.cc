@@ -1,0 +1,78 @@
+// DPDK's virtio-user (dpdk-testpmd, io forwarding, `start tx_first 32`) as
+// the guest of a vhost-user backend: testpmd's own net_vhost (macswap), and
+// `pvnet serve --macswap` once the built pvnet has it. Both DPDK processes
+// run with --no-huge (memfd), so no root or hugepages are needed. Each run
+// is bounded by run_virtio_user_peer's own timeouts.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "pvnet/bench/testpmd.h"
+#include "pvnet/lab/child.h"
+
+namespace pvnet::bench {
+namespace {
+
+VirtioUserPeerConfig no_huge_config() {
+    VirtioUserPeerConfig c;
+    c.hugepages = false;
+    c.warmup_s = 0.5;
+    c.seconds = 1.0;
+    c.queue_size = 256;
+    return c;
+}
+
+// Frames went both ways, and the two ends agree: once the guest stopped and
+// the backend drained, the backend took exactly what the guest sent, and it
+// put in the guest's rx ring what the guest read plus at most one ring left
+// unread there.
+void expect_counts_agree(const VirtioUserPeerResult& r, uint16_t qsize) {
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_GT(r.client_tx, 0u);
+    EXPECT_GT(r.client_rx, 0u);
+    EXPECT_GT(r.backend_rx, 0u);
+    EXPECT_GT(r.backend_tx, 0u);
+    EXPECT_LE(r.backend_rx, r.client_tx);
+    EXPECT_GE(r.backend_rx + qsize, r.client_tx);
+    EXPECT_GE(r.backend_tx, r.client_rx);
+    EXPECT_LE(r.backend_tx, r.client_rx + qsize);
+    EXPECT_GT(r.window_rx_pkts, 0u);
+}
+
+TEST(VirtioUserPeer, DpdkVhostBackendNoHugepages) {
+    if (!testpmd_available()) GTEST_SKIP() << "dpdk-testpmd not installed (Debian: dpdk)";
+    const auto cfg = no_huge_config();
+    expect_counts_agree(run_virtio_user_peer(cfg), cfg.queue_size);
+}
+
+TEST(VirtioUserPeer, BackendThatNeverListensFailsBounded) {
+    if (!testpmd_available()) GTEST_SKIP() << "dpdk-testpmd not installed (Debian: dpdk)";
+    auto cfg = no_huge_config();
+    cfg.backend_command = {"sleep", "30"};  // never prints ready
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = run_virtio_user_peer(cfg);
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.error.find("ready"), std::string::npos) << r.error;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(25));
+}
+
+class PvnetServePeer : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(PvnetServePeer, MacswapCountsAgree) {
+    if (!testpmd_available()) GTEST_SKIP() << "dpdk-testpmd not installed (Debian: dpdk)";
+    auto help = lab::run({PVNET_EXE, "serve", "--help"}, std::chrono::seconds(10));
+    if (!help || help->output.find("--vhost-user") == std::string::npos) GTEST_SKIP() << PVNET_EXE << " has no serve command";
+    auto cfg = no_huge_config();
+    cfg.backend_command = {PVNET_EXE, "serve", "--vhost-user", "{sock}", "--macswap",
+                           "--mode", GetParam(), "--backend-cpu", "0"};
+    const auto r = run_virtio_user_peer(cfg);
+    expect_counts_agree(r, cfg.queue_size);
+    EXPECT_FALSE(r.backend_final.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, PvnetServePeer, ::testing::Values("event", "poll"));
+
+}  // namespace
+}  // namespace pvnet::bench
