@@ -80,6 +80,13 @@ std::unique_lock<std::mutex> NetDevice::lock_control() noexcept {
     return lock;
 }
 
+std::unique_lock<std::mutex> NetDevice::lock_query() const noexcept {
+    ctl_waiting_.fetch_add(1, std::memory_order_relaxed);
+    std::unique_lock<std::mutex> lock(dev_mu_);
+    ctl_waiting_.fetch_sub(1, std::memory_order_relaxed);
+    return lock;
+}
+
 NetDevice::Vring* NetDevice::vring_at(uint16_t i) noexcept {
     if (i >= ctrl_vring(max_pairs())) return nullptr;
     Pair& p = *pairs_[i / 2u];
@@ -319,18 +326,21 @@ void NetDevice::reset() noexcept {
 }
 
 bool NetDevice::vring_started(uint16_t i) const noexcept {
+    const auto lock = lock_query();
     if (i == ctrl_vring(max_pairs())) return ctrl_ != nullptr;
     const Vring* v = vring_at(i);
     return v != nullptr && v->q != nullptr;
 }
 
 bool NetDevice::vring_broken(uint16_t i) const noexcept {
+    const auto lock = lock_query();
     if (i == ctrl_vring(max_pairs())) return ctrl_ != nullptr && ctrl_->queue().broken();
     const Vring* v = vring_at(i);
     return v != nullptr && v->q != nullptr && v->q->broken();
 }
 
 ring::RingError NetDevice::vring_error(uint16_t i) const noexcept {
+    const auto lock = lock_query();
     if (i == ctrl_vring(max_pairs())) {
         return ctrl_ && ctrl_->queue().broken() ? ctrl_->queue().broken_reason() : ctrl_error_;
     }

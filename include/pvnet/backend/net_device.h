@@ -186,6 +186,7 @@ public:
     /// Stops every vring and forgets features, memory, setups and breakage.
     void reset() noexcept;
 
+    /// Queries from any thread (under dev_mu_, between worker rounds).
     bool vring_started(uint16_t i) const noexcept;
     bool vring_broken(uint16_t i) const noexcept;
     /// Why vring i broke or was refused at start (RingError::Count: neither).
@@ -371,6 +372,9 @@ private:
     };
     /// A control call in progress: the worker steps aside, then dev_mu_.
     std::unique_lock<std::mutex> lock_control() noexcept;
+    /// The queries' lock: as lock_control, without counting or waking (a
+    /// sleeping worker does not hold dev_mu_).
+    std::unique_lock<std::mutex> lock_query() const noexcept;
     Vring* vring_at(uint16_t i) noexcept;
     const Vring* vring_at(uint16_t i) const noexcept;
     bool all_stopped() const noexcept;
@@ -418,8 +422,8 @@ private:
     bool ctrl_pending_ = false;
     std::atomic<bool> needs_reset_{false};
 
-    std::mutex dev_mu_;                    ///< the worker's per round; control calls
-    std::atomic<uint32_t> ctl_waiting_{0};  ///< control calls waiting for dev_mu_
+    mutable std::mutex dev_mu_;                    ///< the worker's per round; control calls
+    mutable std::atomic<uint32_t> ctl_waiting_{0};  ///< control calls waiting for dev_mu_
     std::atomic<bool> stop_{false};
     std::optional<notify::EventFd> wake_;  ///< stop(), control calls and messages poke the worker
     std::optional<notify::Epoll> epoll_;
