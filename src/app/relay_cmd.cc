@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "app_commands.h"
+#include "backend_options.h"
 #include "cli_checks.h"
 #include "pvnet/backend/ctrl_queue.h"
 #include "pvnet/backend/vhost_net.h"
@@ -41,11 +42,8 @@ struct RelayOptions {
     bool plain = false;
     std::string tx_mode = "napi";
     bool at_rx = false;
-    uint32_t tx_frames = 0, tx_usecs = 0, rx_frames = 0, rx_usecs = 0;
-    uint32_t busyloop_usecs = 0, busy_poll_usecs = 0;
-    // vhost's VHOST_NET_PKT_WEIGHT / VHOST_NET_WEIGHT per handler run (0: no limit).
-    uint32_t tx_weight = backend::kPktWeight, rx_weight = backend::kPktWeight;
-    uint32_t tx_weight_bytes = backend::kByteWeight, rx_weight_bytes = backend::kByteWeight;
+    BackendKnobs backend;
+    uint32_t busy_poll_usecs = 0;
     bool direct = true;
     uint32_t direct_max = 4;
     uint32_t direct_spin_usecs = 0;
@@ -211,11 +209,11 @@ void run_ring(const RelayOptions& o) {
     cfg.fe.tx_mode = o.tx_mode == "napi" ? frontend::TxMode::Napi : frontend::TxMode::FreeOnXmit;
     cfg.fe.clean_tx_at_rx = o.at_rx;
     cfg.fe.busy_poll_usecs = o.busy_poll_usecs;
-    cfg.rx_coalesce = notify::CoalesceParams{o.rx_frames, o.rx_usecs};
-    cfg.tx_coalesce = notify::CoalesceParams{o.tx_frames, o.tx_usecs};
-    cfg.busyloop_usecs = o.busyloop_usecs;
-    cfg.tx_weight = backend::Weight{o.tx_weight, o.tx_weight_bytes};
-    cfg.rx_weight = backend::Weight{o.rx_weight, o.rx_weight_bytes};
+    cfg.rx_coalesce = o.backend.rx_coalesce();
+    cfg.tx_coalesce = o.backend.tx_coalesce();
+    cfg.busyloop_usecs = o.backend.busyloop_usecs;
+    cfg.tx_weight = o.backend.tx();
+    cfg.rx_weight = o.backend.rx();
     cfg.direct = o.direct;
     cfg.direct_max = o.direct_max;
     cfg.direct_spin_usecs = o.direct_spin_usecs;
@@ -247,8 +245,6 @@ void add_relay_command(CLI::App& app) {
         "relay", "Relay frames between tap A (guest side) and tap B (host side); root needed");
     using checks::Int;
     constexpr uint32_t kMaxUsecs = backend::kNotfCoalMaxUsecs;
-    constexpr uint32_t kMaxFrames = backend::kNotfCoalMaxPackets;
-    constexpr uint32_t kMaxWeight = 1'000'000;
     cmd->add_option("--guest-tap", o->guest_tap, "tap A: created, or attached to if it exists")
         ->required()
         ->check(checks::IfName());
@@ -262,28 +258,14 @@ void add_relay_command(CLI::App& app) {
     cmd->add_flag("--plain", o->plain,
                   "the plain tun relay: one thread, poll + read + write per frame (the baseline)");
     // The ring relay's options; the plain relay rejects them rather than ignore them.
-    CLI::Option* ring_opts[] = {
+    std::vector<CLI::Option*> ring_opts = {
         cmd->add_option("--tx-mode", o->tx_mode, "guest tx completion: napi or free-on-xmit")
             ->check(checks::OneOf({"napi", "free-on-xmit"})),
         cmd->add_flag("--at-rx", o->at_rx, "guest reaps tx completions from rx NAPI"),
-        cmd->add_option("--tx-frames", o->tx_frames, "tx completions per interrupt (0: off)")
-            ->check(Int(0u, kMaxFrames, "0: off")),
-        cmd->add_option("--tx-usecs", o->tx_usecs, "tx interrupt delay, us (0: off)")
-            ->check(Int(0u, kMaxUsecs, "0: off")),
-        cmd->add_option("--rx-frames", o->rx_frames, "rx packets per interrupt (0: off)")
-            ->check(Int(0u, kMaxFrames, "0: off")),
-        cmd->add_option("--rx-usecs", o->rx_usecs, "rx interrupt delay, us (0: off)")
-            ->check(Int(0u, kMaxUsecs, "0: off")),
-        cmd->add_option("--busyloop-usecs", o->busyloop_usecs, "backend spins before sleeping, us")
-            ->check(Int(0u, kMaxUsecs)),
-        cmd->add_option("--tx-weight", o->tx_weight, "handle_tx packets per run (0: no limit)")
-            ->check(Int(0u, kMaxWeight, "0: no limit")),
-        cmd->add_option("--rx-weight", o->rx_weight, "handle_rx packets per run (0: no limit)")
-            ->check(Int(0u, kMaxWeight, "0: no limit")),
-        cmd->add_option("--tx-weight-bytes", o->tx_weight_bytes, "handle_tx bytes per run (0: no limit)")
-            ->check(Int(0u, UINT32_MAX, "0: no limit")),
-        cmd->add_option("--rx-weight-bytes", o->rx_weight_bytes, "handle_rx bytes per run (0: no limit)")
-            ->check(Int(0u, UINT32_MAX, "0: no limit")),
+    };
+    const auto backend_opts = add_backend_options(cmd, o->backend).all;
+    ring_opts.insert(ring_opts.end(), backend_opts.begin(), backend_opts.end());
+    ring_opts.insert(ring_opts.end(), {
         cmd->add_option("--busy-poll-usecs", o->busy_poll_usecs, "guest spins on rx, us")
             ->check(Int(0u, kMaxUsecs)),
         cmd->add_flag("--direct,!--no-direct", o->direct,
@@ -297,7 +279,7 @@ void add_relay_command(CLI::App& app) {
             ->check(checks::PowerOfTwo(checks::kMinQueueSize, virtio::kMaxQueueSize)),
         cmd->add_option("--guest-cpu", o->guest_cpu, "CPU of the guest thread (-1: any)")
             ->check(checks::Cpu()),
-    };
+    });
     cmd->add_option("--offloads", o->offloads,
                     "on: TUNSETOFFLOAD CSUM|TSO4|TSO6 on both taps (GSO frames pass); off: none")
         ->check(checks::OneOf({"on", "off"}));

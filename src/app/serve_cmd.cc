@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "app_commands.h"
+#include "backend_options.h"
 #include "cli_checks.h"
 #include "pvnet/backend/ctrl_queue.h"
 #include "pvnet/backend/vhost_net.h"
@@ -47,10 +48,7 @@ struct ServeOptions {
     std::string echo_ip, tap, netns;
     bool macswap = false;
     std::string mode = "event";
-    uint32_t tx_weight = backend::kPktWeight, rx_weight = backend::kPktWeight;
-    uint32_t tx_weight_bytes = backend::kByteWeight, rx_weight_bytes = backend::kByteWeight;
-    uint32_t tx_frames = 0, tx_usecs = 0, rx_frames = 0, rx_usecs = 0;
-    uint32_t busyloop_usecs = 0;
+    BackendKnobs backend;
     int backend_cpu = -1;
     double stats_interval = 0;
     std::string json_stats;
@@ -59,14 +57,13 @@ struct ServeOptions {
 
 constexpr uint32_t kL2HdrBytes = 14 + 4;  // Ethernet and one 802.1Q tag beyond the MTU
 
-/// The device's feature word. QEMU emulates the control queue itself, so
-/// CTRL_VQ (and NOTF_COAL, which rides on it) are never offered; echo and
-/// macswap hand frames back as they came, so they offer no checksum or GSO
-/// offload either (a partial checksum would come back unfinished).
+/// The device's feature word (the vhost-user session leaves out the control
+/// queue's features itself: QEMU emulates that queue). Echo and macswap hand
+/// frames back as they came, so they offer no checksum or GSO offload (a
+/// partial checksum would come back unfinished).
 uint64_t offered_features(bool offloads) {
     using namespace virtio;
-    uint64_t f = backend::kVhostNetFeatures &
-                 ~(feature_mask(VIRTIO_NET_F_CTRL_VQ) | feature_mask(VIRTIO_NET_F_NOTF_COAL));
+    uint64_t f = backend::kVhostNetFeatures;
     if (!offloads) {
         for (const unsigned b : {VIRTIO_NET_F_CSUM, VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_TSO4,
                                  VIRTIO_NET_F_GUEST_TSO6, VIRTIO_NET_F_GUEST_ECN,
@@ -81,12 +78,12 @@ uint64_t offered_features(bool offloads) {
 
 backend::VhostNetOptions device_options(const ServeOptions& o) {
     backend::VhostNetOptions opt;
-    opt.rx_weight = backend::Weight{o.rx_weight, o.rx_weight_bytes};
-    opt.tx_weight = backend::Weight{o.tx_weight, o.tx_weight_bytes};
+    opt.rx_weight = o.backend.rx();
+    opt.tx_weight = o.backend.tx();
     opt.mode = o.mode == "poll" ? backend::RunMode::Poll : backend::RunMode::Event;
-    opt.rx_coalesce = notify::CoalesceParams{o.rx_frames, o.rx_usecs};
-    opt.tx_coalesce = notify::CoalesceParams{o.tx_frames, o.tx_usecs};
-    opt.busyloop_usecs = o.busyloop_usecs;
+    opt.rx_coalesce = o.backend.rx_coalesce();
+    opt.tx_coalesce = o.backend.tx_coalesce();
+    opt.busyloop_usecs = o.backend.busyloop_usecs;
     opt.offered_features = offered_features(!o.tap.empty());
     return opt;
 }
@@ -257,9 +254,6 @@ void add_serve_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand(
         "serve", "Serve virtio-net devices on vhost-user sockets (QEMU's vhost-user netdev)");
     using checks::Int;
-    constexpr uint32_t kMaxUsecs = backend::kNotfCoalMaxUsecs;
-    constexpr uint32_t kMaxFrames = backend::kNotfCoalMaxPackets;
-    constexpr uint32_t kMaxWeight = 1'000'000;
     cmd->add_option("--vhost-user", o->sockets,
                     "socket of one device (repeat for more devices); listened on, or --client")
         ->required()
@@ -280,26 +274,7 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--mode", o->mode,
                                         "event: sleep on eventfds; poll: spin on the rings")
         ->check(checks::OneOf({"event", "poll"}));
-    cmd->add_option("--tx-weight", o->tx_weight, "handle_tx packets per run (0: no limit)")
-        ->check(Int(0u, kMaxWeight, "0: no limit"));
-    cmd->add_option("--rx-weight", o->rx_weight, "handle_rx packets per run (0: no limit)")
-        ->check(Int(0u, kMaxWeight, "0: no limit"));
-    cmd->add_option("--tx-weight-bytes", o->tx_weight_bytes, "handle_tx bytes per run (0: no limit)")
-        ->check(Int(0u, UINT32_MAX, "0: no limit"));
-    cmd->add_option("--rx-weight-bytes", o->rx_weight_bytes, "handle_rx bytes per run (0: no limit)")
-        ->check(Int(0u, UINT32_MAX, "0: no limit"));
-    cmd->add_option("--tx-frames", o->tx_frames, "tx completions per interrupt (0: off)")
-        ->check(Int(0u, kMaxFrames, "0: off"));
-    cmd->add_option("--tx-usecs", o->tx_usecs, "tx interrupt delay, us (0: off)")
-        ->check(Int(0u, kMaxUsecs, "0: off"));
-    cmd->add_option("--rx-frames", o->rx_frames, "rx packets per interrupt (0: off)")
-        ->check(Int(0u, kMaxFrames, "0: off"));
-    cmd->add_option("--rx-usecs", o->rx_usecs, "rx interrupt delay, us (0: off)")
-        ->check(Int(0u, kMaxUsecs, "0: off"));
-    CLI::Option* busyloop =
-        cmd->add_option("--busyloop-usecs", o->busyloop_usecs,
-                        "event mode: spin on the rings this long before sleeping, us")
-            ->check(Int(0u, kMaxUsecs));
+    CLI::Option* busyloop = add_backend_options(cmd, o->backend).busyloop;
     cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of every device's worker (-1: any)")
         ->check(checks::Cpu());
     cmd->add_option("--stats-interval", o->stats_interval, "seconds between stats lines (0: none)")

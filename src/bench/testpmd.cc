@@ -531,36 +531,31 @@ bool testpmd_available(const std::string& testpmd) noexcept {
     }
 }
 
-TestpmdResult run_testpmd_pvp(const TestpmdConfig& cfg) noexcept {
+namespace {
+/// A run's exceptions as its result's error (the Run destructors have
+/// stopped every process by then).
+template <typename R, typename F>
+R error_as_result(const char* what, F&& run) noexcept {
     try {
-        return run(cfg);
-    } catch (const std::exception& e) {  // the Run destructor has stopped testpmd
-        TestpmdResult res;
-        res.error = std::string("testpmd pvp: ") + e.what();
+        return run();
+    } catch (const std::exception& e) {
+        R res;
+        res.error = std::string(what) + ": " + e.what();
         return res;
     } catch (...) {
-        TestpmdResult res;
-        res.error = "testpmd pvp: unknown exception";
+        R res;
+        res.error = std::string(what) + ": unknown exception";
         return res;
     }
 }
+}  // namespace
 
-}  // namespace pvnet::bench
-
-namespace pvnet::bench {
+TestpmdResult run_testpmd_pvp(const TestpmdConfig& cfg) noexcept {
+    return error_as_result<TestpmdResult>("testpmd pvp", [&] { return run(cfg); });
+}
 
 VirtioUserPeerResult run_virtio_user_peer(const VirtioUserPeerConfig& cfg) noexcept {
-    try {
-        return run_peer(cfg);
-    } catch (const std::exception& e) {  // the Run destructor has stopped both sides
-        VirtioUserPeerResult res;
-        res.error = std::string("virtio-user peer: ") + e.what();
-        return res;
-    } catch (...) {
-        VirtioUserPeerResult res;
-        res.error = "virtio-user peer: unknown exception";
-        return res;
-    }
+    return error_as_result<VirtioUserPeerResult>("virtio-user peer", [&] { return run_peer(cfg); });
 }
 
 }  // namespace pvnet::bench
