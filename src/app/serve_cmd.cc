@@ -237,7 +237,7 @@ void run_serve(const ServeOptions& o) {
             port::TapConfig cfg;
             cfg.name = o.tap;
             cfg.netns = o.netns;
-            cfg.offloads = port::kTunFGso;
+            cfg.offloads = 0;  // TUNSETOFFLOAD follows the guest's features (set_guest_features)
             cfg.multi_queue = o.queues > 1;
             cfg.link_up = true;
             auto p = port::TapPort::open(cfg);
@@ -267,7 +267,7 @@ void add_serve_command(CLI::App& app) {
     CLI::Option* macswap = cmd->add_flag(
         "--macswap", o->macswap, "port: return every frame with its MAC addresses swapped");
     CLI::Option* tap = cmd->add_option("--tap", o->tap,
-                                       "port: this tap (created, or attached to), offloads on")
+                                       "port: this tap (created, or attached to); offloads as the guest negotiates")
                            ->check(checks::IfName());
     CLI::Option* netns = cmd->add_option("--netns", o->netns, "existing namespace of the --tap")
                              ->check(checks::Netns());

@@ -20,6 +20,7 @@ std::string_view to_string(DeviceError e) noexcept {
         case DeviceError::Running: return "the vring (or device) must be stopped first";
         case DeviceError::BadFeatures: return "features the device does not offer";
         case DeviceError::BadRing: return "ring size or addresses rejected";
+        case DeviceError::PortRefused: return "a port refused the features' offloads";
         case DeviceError::Count: break;
     }
     return "unknown";
@@ -115,6 +116,7 @@ Status<DeviceError> NetDevice::set_features(uint64_t features) noexcept {
     const auto lock = lock_control();
     if (!all_stopped()) return unexpected(DeviceError::Running);
     if ((features & ~opt_.offered_features) != 0) return unexpected(DeviceError::BadFeatures);
+    if (!apply_port_features(features)) return unexpected(DeviceError::PortRefused);
     features_ = features;
     hoist_features();
     return {};
@@ -279,6 +281,7 @@ Status<DeviceError> NetDevice::configure(const DeviceSetup& s) noexcept {
         (ctrl && s.vrings.size() != num_vrings())) {
         return unexpected(DeviceError::BadVring);
     }
+    if (!apply_port_features(s.features)) return unexpected(DeviceError::PortRefused);
     features_ = s.features;
     hoist_features();
     mem_ = s.mem;

@@ -135,6 +135,13 @@ unsigned tun_offload_flags(uint64_t f) noexcept {
     return t;
 }
 
+bool TapPort::set_guest_features(uint64_t features) noexcept {
+    const unsigned t = tun_offload_flags(features);
+    if (::ioctl(fd_, TUNSETOFFLOAD, static_cast<unsigned long>(t)) != 0) return false;
+    offloads_ = t;
+    return true;
+}
+
 TapErrno tap_errno_reason(int err) noexcept {
     switch (err) {
         case EINVAL:

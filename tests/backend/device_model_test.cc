@@ -187,5 +187,41 @@ TEST(DeviceModel, StopAndRestartWhileTheWorkerRunsLosesNothing) {
     EXPECT_EQ(h.dev().status(), 0);
 }
 
+/// A port that wants the negotiated features (as a tap does, for TUNSETOFFLOAD).
+struct FeaturePort : FakePort {
+    uint64_t told = ~uint64_t{0};
+    bool refuse = false;
+    bool set_guest_features(uint64_t f) noexcept {
+        if (refuse) return false;
+        told = f;
+        return true;
+    }
+};
+static_assert(port::HasGuestFeatures<FeaturePort>);
+
+TEST(DeviceModel, PortsAreToldTheNegotiatedFeaturesAndMayRefuseThem) {
+    FeaturePort a, b;
+    FeaturePort* ports[] = {&a, &b};
+    auto d = VhostNet<FeaturePort>::create(VhostNetOptions{}, std::span<FeaturePort* const>(ports));
+    ASSERT_TRUE(d);
+    NetDevice& dev = **d;
+    const uint64_t f = virtio::feature_mask(virtio::VIRTIO_F_VERSION_1) |
+                       virtio::feature_mask(virtio::VIRTIO_NET_F_GUEST_CSUM) |
+                       virtio::feature_mask(virtio::VIRTIO_NET_F_GUEST_TSO4);
+    ASSERT_TRUE(dev.set_features(f));
+    EXPECT_EQ(a.told, f);
+    EXPECT_EQ(b.told, f);
+    EXPECT_EQ(dev.features(), f);
+
+    // A port that refuses (a tap whose TUNSETOFFLOAD failed): the features stay as they were.
+    b.refuse = true;
+    const uint64_t g = virtio::feature_mask(virtio::VIRTIO_F_VERSION_1);
+    EXPECT_EQ(dev.set_features(g).error(), DeviceError::PortRefused);
+    EXPECT_EQ(dev.features(), f);
+    b.refuse = false;
+    ASSERT_TRUE(dev.set_features(g));
+    EXPECT_EQ(b.told, g);
+}
+
 }  // namespace
 }  // namespace pvnet::backend

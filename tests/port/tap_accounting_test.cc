@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "pvnet/port/tap_port.h"
+#include "pvnet/virtio/virtio_config.h"
 #include "tap_test_util.h"
 
 // readv/writev interposed for the whole test binary (the definitions in the
@@ -359,6 +360,13 @@ TEST_F(TapRootTest, MaxFrameFollowsTheLinksMtuAndOffloadsAreRecorded) {
     ASSERT_TRUE(jumbo.has_value()) << to_string(jumbo.error());
     EXPECT_EQ((*jumbo)->max_frame_bytes(), 9000u + 14 + 4);
     EXPECT_EQ((*jumbo)->offloads(), kTunFCsum | kTunFTso4);
+    // The guest's features decide from then on (TUNSETOFFLOAD): none, then CSUM + TSO6.
+    ASSERT_TRUE((*jumbo)->set_guest_features(0));
+    EXPECT_EQ((*jumbo)->offloads(), 0u);
+    ASSERT_TRUE((*jumbo)->set_guest_features(
+        virtio::feature_mask(virtio::VIRTIO_NET_F_GUEST_CSUM) |
+        virtio::feature_mask(virtio::VIRTIO_NET_F_GUEST_TSO6)));
+    EXPECT_EQ((*jumbo)->offloads(), kTunFCsum | kTunFTso6);
     jumbo.value().reset();
 
     ASSERT_EQ(ns_->ip({"link", "set", "dev", "pvt1", "mtu", "1280"}), 0);

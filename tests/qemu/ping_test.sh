@@ -16,6 +16,12 @@
 #     --ip A/L --peer A (192.0.2.2/24, 192.0.2.1)   --count N (5)  --size N (56)  --mtu N
 #     --peer-mac MAC    a static neighbour entry for the peer (a backend that answers no ARP)
 #     --mrg-rxbuf on|off  --host-mtu N  --queues N (mq=on, -smp N)  --device-opts OPTS
+#     --netns-tap ADDR/LEN  a namespace of this run with the backend's tap: {netns} and {tap} in
+#                       the backend command name them; once the backend is ready the tap gets
+#                       ADDR/LEN and goes up, so the guest pings the namespace's kernel
+#     --http-bytes N    with --netns-tap: tests/qemu/http_peer.py in the namespace serves N random
+#                       bytes; the guest fetches them and posts them back over TCP, and both md5s
+#                       must match the peer's
 #     --timeout S       whole guest run (180)       --keep    keep the run's logs
 set -euo pipefail
 
@@ -23,7 +29,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 backends=() ready="" qemu_server=0 guest_dir=${PVNET_GUEST_DIR:-/tmp/pvnet-qemu-guest}
 ip=192.0.2.2/24 peer=192.0.2.1 peer_mac="" count=5 size=56 mtu="" mrg="" host_mtu="" queues=1 devopts=""
-timeout_s=180 keep=0
+timeout_s=180 keep=0 netns_tap="" http_bytes=0
 while (($#)); do
     case $1 in
         --backend) backends[0]=$2; shift ;;
@@ -41,6 +47,8 @@ while (($#)); do
         --host-mtu) host_mtu=$2; shift ;;
         --queues) queues=$2; shift ;;
         --device-opts) devopts=$2; shift ;;
+        --netns-tap) netns_tap=$2; shift ;;
+        --http-bytes) http_bytes=$2; shift ;;
         --timeout) timeout_s=$2; shift ;;
         --keep) keep=1 ;;
         *) echo "ping_test: unknown option $1" >&2; exit 2 ;;
@@ -53,7 +61,8 @@ nics=${#backends[@]}
 "$root/tools/qemu-guest/build-guest.sh" "$guest_dir"
 
 run=$(mktemp -d /tmp/pvnet-qemu.XXXXXX)
-backend_pids=() qemu_pid=
+backend_pids=() qemu_pid= http_pid=
+netns=pvq$$ tap=pvq$$t
 cleanup() {
     # Every child was started with setsid: its process group is its alone.
     [[ -n $qemu_pid ]] && kill -- -"$qemu_pid" 2>/dev/null || true
@@ -61,6 +70,8 @@ cleanup() {
     for pid in "${backend_pids[@]}"; do kill -- -"$pid" 2>/dev/null || true; done
     ((${#backend_pids[@]})) && sleep 0.5
     for pid in "${backend_pids[@]}"; do kill -9 -- -"$pid" 2>/dev/null || true; done
+    [[ -n $http_pid ]] && kill "$http_pid" 2>/dev/null || true
+    [[ -n $netns_tap ]] && ip netns del "$netns" 2>/dev/null || true
     if ((keep)); then echo "ping_test: logs kept in $run"; else rm -rf "$run"; fi
 }
 trap cleanup EXIT
@@ -79,6 +90,8 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 sock() { echo "$run/vhost$1.sock"; }
 start_backend() {  # N
     local cmd=${backends[$1]//\{sock\}/$(sock "$1")}
+    cmd=${cmd//\{netns\}/$netns}
+    cmd=${cmd//\{tap\}/$tap}
     # stdin is a FIFO that stays open (fd 3): an interactive backend (testpmd -i) waits on it.
     [[ -p $run/backend.in ]] || { mkfifo "$run/backend.in"; exec 3<>"$run/backend.in"; }
     echo "ping_test: backend $1: $cmd"
@@ -123,6 +136,7 @@ done
 append="console=ttyS0 no_timer_check panic=-1 quiet loglevel=4 pvnet.ip=$ip pvnet.peer=$peer"
 ((nics > 1)) && append+=" pvnet.ip1=198.51.100.2/24 pvnet.peer1=198.51.100.1"
 append+=" pvnet.count=$count pvnet.size=$size"
+((http_bytes)) && append+=" pvnet.http=http://$peer:8080"
 [[ -n $mtu ]] && append+=" pvnet.mtu=$mtu"
 [[ -n $peer_mac ]] && append+=" pvnet.peermac=$peer_mac"
 qemu=(qemu-system-x86_64 -accel tcg -m 256 -smp "$queues" -nodefaults -no-user-config
@@ -137,6 +151,22 @@ start_qemu() {
     qemu_pid=$!
 }
 
+if [[ -n $netns_tap ]]; then
+    ip netns add "$netns"
+    ip -n "$netns" link set lo up
+    if ((http_bytes)); then
+        ip netns exec "$netns" python3 "$here/http_peer.py" 0.0.0.0 8080 "$http_bytes" \
+            >"$run/http.out" 2>"$run/http.log" &
+        http_pid=$!
+    fi
+fi
+# The tap exists once its backend is ready: address it in the namespace.
+address_tap() {
+    [[ -n $netns_tap ]] || return 0
+    ip -n "$netns" addr add "$netns_tap" dev "$tap" || fail "no tap $tap in $netns"
+    ip -n "$netns" link set "$tap" up
+}
+
 t_start=$(now)
 if ((qemu_server)); then
     start_qemu
@@ -146,8 +176,10 @@ if ((qemu_server)); then
         start_backend $n
         wait_backend_ready $n
     done
+    address_tap
 else
     for ((n = 0; n < nics; n++)); do start_backend $n; wait_backend_ready $n; done
+    address_tap
     start_qemu
 fi
 t_qemu=$(now)
@@ -180,4 +212,13 @@ for ((n = 0; n < nics; n++)); do
         [[ $info == *" queues=$queues "* ]] || fail "eth$n has not $queues rx queues: $info"
     fi
 done
+if ((http_bytes)); then
+    want=$(sed -n 's/^blob md5=\([0-9a-f]*\) .*/\1/p' "$run/http.out")
+    [[ -n $want ]] || fail "http_peer.py did not start: $(cat "$run/http.log")"
+    fetch=$(grep -a '^PVNET-RESULT fetch ' "$log" || true)
+    upload=$(grep -a '^PVNET-RESULT upload ' "$log" || true)
+    echo "ping_test: peer's blob md5=$want bytes=$http_bytes; guest: $fetch; $upload"
+    [[ $fetch == *" md5=$want bytes=$http_bytes"* ]] || fail "guest fetched something else: $fetch"
+    [[ $upload == *" md5=$want bytes=$http_bytes"* ]] || fail "peer received something else: $upload"
+fi
 echo "ping_test: PASS: $nics NIC(s), $count/$count pings each, guest run $guest_s s, total $(elapsed "$t_start") s"

@@ -67,6 +67,7 @@ enum class DeviceError : uint8_t {
     Running,        ///< the call needs the vring (or every vring) stopped
     BadFeatures,    ///< features the device does not offer
     BadRing,        ///< the ring's size or addresses were rejected
+    PortRefused,    ///< a port refused the features' offloads (a tap's TUNSETOFFLOAD)
     Count
 };
 

@@ -304,6 +304,8 @@ protected:
     virtual uint32_t run_tx(Pair& p, bool direct) noexcept = 0;
     virtual void run_rx(Pair& p) noexcept = 0;
     virtual bool port_rx_pending(Pair& p) noexcept = 0;
+    /// Hands the negotiated features to every port (port::HasGuestFeatures).
+    virtual bool apply_port_features(uint64_t features) noexcept = 0;
 
     // ---- helpers of the packet loops ---------------------------------------
 

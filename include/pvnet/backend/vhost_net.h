@@ -52,6 +52,14 @@ private:
     uint32_t run_tx(Pair& p, bool direct) noexcept override;
     void run_rx(Pair& p) noexcept override;
     bool port_rx_pending(Pair& p) noexcept override { return ports_[p.index]->rx_pending(); }
+    bool apply_port_features(uint64_t features) noexcept override {
+        if constexpr (port::HasGuestFeatures<P>) {
+            for (P* port : ports_) {
+                if (!port->set_guest_features(features)) return false;
+            }
+        }
+        return true;
+    }
     /// One mergeable packet: gather, recv, num_buffers, used entries.
     /// Ok: `bytes` written (0: dropped) in `used` entries staged; Empty:
     /// `given_back` chains were too few for a packet of known length (0:

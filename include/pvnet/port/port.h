@@ -70,4 +70,13 @@ concept HasMaxFrame = requires(const P& p) {
     { p.max_frame_bytes() } noexcept -> std::convertible_to<uint32_t>;
 };
 
+/// Optional: told the features the guest negotiated (every vring stopped),
+/// so that the port hands over only what the guest accepts: a tap's
+/// TUNSETOFFLOAD, as QEMU applies the guest's offloads to its tap. False:
+/// the port refused them, and the device refuses the features.
+template <typename P>
+concept HasGuestFeatures = requires(P& p, uint64_t features) {
+    { p.set_guest_features(features) } noexcept -> std::same_as<bool>;
+};
+
 }  // namespace pvnet::port

@@ -154,8 +154,11 @@ public:
     /// offload is set: its MTU (SIOCGIFMTU at open) + kL2HdrBytes. With
     /// offloads() holding TSO, frames up to 64 KiB + kL2HdrBytes come too.
     uint32_t max_frame_bytes() const noexcept { return mtu_ + kL2HdrBytes; }
-    /// The TUN_F_* set given to TUNSETOFFLOAD at open.
+    /// The TUN_F_* set of the last TUNSETOFFLOAD (at open, or set_guest_features).
     unsigned offloads() const noexcept { return offloads_; }
+    /// TUNSETOFFLOAD to tun_offload_flags(features): the tap hands over only
+    /// the GSO frames and partial checksums the guest accepts (port::HasGuestFeatures).
+    bool set_guest_features(uint64_t features) noexcept;
     const std::string& name() const noexcept { return name_; }
     /// errno of the last rejected write (0: none yet; a Retry is no rejection).
     int tx_last_errno() const noexcept { return tx_last_errno_.load(std::memory_order_relaxed); }
