@@ -16,6 +16,8 @@
 #     --ip A/L --peer A (192.0.2.2/24, 192.0.2.1)   --count N (5)  --size N (56)  --mtu N
 #     --peer-mac MAC    a static neighbour entry for the peer (a backend that answers no ARP)
 #     --mrg-rxbuf on|off  --host-mtu N  --queues N (mq=on, -smp N)  --device-opts OPTS
+#     --check-queues    with --queues N: the guest pings from each CPU, and backend 0 (pvnet
+#                       serve) must report, in its final lines, tx and rx packets on every pair
 #     --netns-tap ADDR/LEN  a namespace of this run with the backend's tap: {netns} and {tap} in
 #                       the backend command name them; once the backend is ready the tap gets
 #                       ADDR/LEN and goes up, so the guest pings the namespace's kernel
@@ -29,7 +31,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 backends=() ready="" qemu_server=0 guest_dir=${PVNET_GUEST_DIR:-/tmp/pvnet-qemu-guest}
 ip=192.0.2.2/24 peer=192.0.2.1 peer_mac="" count=5 size=56 mtu="" mrg="" host_mtu="" queues=1 devopts=""
-timeout_s=180 keep=0 netns_tap="" http_bytes=0
+timeout_s=180 keep=0 netns_tap="" http_bytes=0 check_queues=0
 while (($#)); do
     case $1 in
         --backend) backends[0]=$2; shift ;;
@@ -49,6 +51,7 @@ while (($#)); do
         --device-opts) devopts=$2; shift ;;
         --netns-tap) netns_tap=$2; shift ;;
         --http-bytes) http_bytes=$2; shift ;;
+        --check-queues) check_queues=1 ;;
         --timeout) timeout_s=$2; shift ;;
         --keep) keep=1 ;;
         *) echo "ping_test: unknown option $1" >&2; exit 2 ;;
@@ -137,6 +140,7 @@ append="console=ttyS0 no_timer_check panic=-1 quiet loglevel=4 pvnet.ip=$ip pvne
 ((nics > 1)) && append+=" pvnet.ip1=198.51.100.2/24 pvnet.peer1=198.51.100.1"
 append+=" pvnet.count=$count pvnet.size=$size"
 ((http_bytes)) && append+=" pvnet.http=http://$peer:8080"
+((check_queues)) && append+=" pvnet.percpu=1"
 [[ -n $mtu ]] && append+=" pvnet.mtu=$mtu"
 [[ -n $peer_mac ]] && append+=" pvnet.peermac=$peer_mac"
 qemu=(qemu-system-x86_64 -accel tcg -m 256 -smp "$queues" -nodefaults -no-user-config
@@ -201,8 +205,10 @@ for ((n = 0; n < nics; n++)); do
     [[ -n $result ]] || fail "no PVNET-RESULT line for eth$n"
     sent=$(sed -n 's/.* sent=\([0-9]*\).*/\1/p' <<<"$result")
     received=$(sed -n 's/.* received=\([0-9]*\).*/\1/p' <<<"$result")
-    [[ $sent == "$count" && $received == "$count" ]] ||
-        fail "eth$n sent=$sent received=$received, want $count/$count"
+    want=$count
+    ((check_queues)) && want=$((count * queues))
+    [[ $sent == "$want" && $received == "$want" ]] ||
+        fail "eth$n sent=$sent received=$received, want $want/$want"
     if [[ -n $mtu ]]; then
         got=$(sed -n 's/.* mtu=\([0-9]*\).*/\1/p' <<<"$result")
         [[ $got == "$mtu" ]] || fail "eth$n mtu=$got, want $mtu"
@@ -212,6 +218,21 @@ for ((n = 0; n < nics; n++)); do
         [[ $info == *" queues=$queues "* ]] || fail "eth$n has not $queues rx queues: $info"
     fi
 done
+if ((check_queues)); then
+    # SIGTERM: pvnet serve stops its rings and prints its final counters.
+    kill -TERM -- -"${backend_pids[0]}"
+    for ((i = 0; i < 50; i++)); do
+        grep -q '^final .* q=' "$run/backend0.log" && ! kill -0 "${backend_pids[0]}" 2>/dev/null && break
+        sleep 0.1
+    done
+    for ((q = 0; q < queues; q++)); do
+        line=$(grep "^final dev=0 .* q=$q " "$run/backend0.log" || true)
+        tx=$(sed -n 's/.* tx_pkts=\([0-9]*\) .*/\1/p' <<<"$line")
+        rx=$(sed -n 's/.* rx_pkts=\([0-9]*\) .*/\1/p' <<<"$line")
+        echo "ping_test: backend pair $q: tx_pkts=${tx:-?} rx_pkts=${rx:-?}"
+        ((${tx:-0} > 0 && ${rx:-0} > 0)) || fail "queue pair $q carried no traffic (tx=${tx:-?} rx=${rx:-?})"
+    done
+fi
 if ((http_bytes)); then
     want=$(sed -n 's/^blob md5=\([0-9a-f]*\) .*/\1/p' "$run/http.out")
     [[ -n $want ]] || fail "http_peer.py did not start: $(cat "$run/http.log")"
@@ -221,4 +242,4 @@ if ((http_bytes)); then
     [[ $fetch == *" md5=$want bytes=$http_bytes"* ]] || fail "guest fetched something else: $fetch"
     [[ $upload == *" md5=$want bytes=$http_bytes"* ]] || fail "peer received something else: $upload"
 fi
-echo "ping_test: PASS: $nics NIC(s), $count/$count pings each, guest run $guest_s s, total $(elapsed "$t_start") s"
+echo "ping_test: PASS: $nics NIC(s), $want/$want pings each, guest run $guest_s s, total $(elapsed "$t_start") s"
