@@ -322,7 +322,6 @@ TestpmdResult run(const TestpmdConfig& cfg) {
 
 // ---- virtio-user client against a backend under test ----------------------
 
-constexpr auto kReadyTimeout = std::chrono::seconds(10);
 constexpr auto kFinalTimeout = std::chrono::seconds(5);
 constexpr auto kDrain = std::chrono::milliseconds(300);  // backend empties the rings after `stop`
 constexpr const char* kMbufs = "--total-num-mbufs=16384";
@@ -438,9 +437,10 @@ VirtioUserPeerResult run_peer(const VirtioUserPeerConfig& cfg) {
         auto c = lab::Child::spawn(argv);
         if (!c) return fail("backend: " + c.error());
         r.vhost.child.emplace(std::move(*c));
-        if (!r.vhost.child->wait_for_line("ready", kReadyTimeout))
-            return fail("backend printed no 'ready' within " +
-                        std::to_string(kReadyTimeout.count()) + " s" +
+        const auto ready_ms = std::chrono::milliseconds(
+            static_cast<int64_t>(std::max(0.0, cfg.ready_timeout_s) * 1000));
+        if (!r.vhost.child->wait_for_line("ready", ready_ms))
+            return fail("backend printed no 'ready' within " + std::to_string(ready_ms.count()) + " ms" +
                         (r.vhost.child->running() ? std::string()
                                                   : " (" + r.vhost.describe_exit() + ")") +
                         "; its output ends:\n" + r.vhost.last_output());

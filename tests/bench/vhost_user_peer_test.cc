@@ -51,6 +51,7 @@ TEST(VirtioUserPeer, BackendThatNeverListensFailsBounded) {
     ASSERT_TRUE(testpmd_available()) << "dpdk-testpmd not installed (Debian: dpdk; make deps installs it)";
     auto cfg = no_huge_config();
     cfg.backend_command = {"sleep", "30"};  // never prints ready
+    cfg.ready_timeout_s = 2;
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = run_virtio_user_peer(cfg);
     EXPECT_FALSE(r.ok);

@@ -66,6 +66,7 @@ struct VirtioUserPeerConfig {
     uint16_t frame_bytes = 64;             ///< client `set txpkts N`
     double warmup_s = 1.0;
     double seconds = 1.0;                  ///< measured window
+    double ready_timeout_s = 10.0;         ///< a command backend's wait for its "ready" line
     bool hugepages = true;                 ///< false: --no-huge -m 256 (memfd)
     std::string testpmd = "dpdk-testpmd";
     std::string workdir = "/tmp";          ///< the socket
