@@ -443,6 +443,36 @@ def microbench(d):
             + table(["benchmark", "median ns/buffer", "min", "max", "kicks/buffer", "interrupts/buffer"], rows)
             + d.source("microbench"))
 
+# ---- issue 11: DPDK virtio-user against testpmd's vhost and pvnet serve ----
+
+def vhost_user(d):
+    j = d.json("vhost-user")
+    backends = j["backends"]
+    pvnet = [b for b in backends if b != "dpdk"]
+    rows = []
+    for c in j["cells"]:
+        row = [str(c["frame_bytes"]), str(c["queue_size"])]
+        for b in backends:
+            row.append(mmm([r["rx_mpps"] for r in ok_runs(c["backends"][b])], 2))
+        if "dpdk" in backends:
+            d_runs = c["backends"]["dpdk"].get("runs", [])
+            for b in pvnet:
+                ratio = [p["rx_mpps"] / q["rx_mpps"] for p, q in zip(c["backends"][b].get("runs", []), d_runs)
+                         if p.get("ok") and q.get("ok") and q["rx_mpps"] > 0]
+                row.append(mmm(ratio, 2))
+        for b in pvnet:
+            if b.endswith("event"):
+                row.append(fmt(med([r["backend_cpu_ns_per_pkt"] for r in ok_runs(c["backends"][b])]), 1))
+        rows.append(row)
+    header = ["frame B", "queue"] + [f"{b} Mpps" for b in backends]
+    if "dpdk" in backends:
+        header += [f"{b} / dpdk" for b in pvnet]
+    header += [f"{b} backend ns CPU/pkt" for b in pvnet if b.endswith("event")]
+    huge = "2 MiB hugepages" if j.get("hugepages") else "no hugepages"
+    return (f"Client rx Mpps (the loop's throughput), medians of {j['repeat']} interleaved rounds "
+            f"(min–max); ratios within a round; {huge}, backend on CPU {j['backend_cpu']}, client on "
+            f"CPU {j['client_cpu']}:\n\n" + table(header, rows) + d.source("vhost-user"))
+
 
 RENDERERS = {
     "microbench": microbench,
@@ -460,6 +490,7 @@ RENDERERS = {
     "rr-paced": rr_paced,
     "rr-busy": rr_busy,
     "atrx": atrx,
+    "vhost-user": vhost_user,
 }
 
 

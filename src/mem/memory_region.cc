@@ -4,8 +4,10 @@
 #include "pvnet/mem/memory_region.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -42,18 +44,22 @@ constexpr int kWriteSeals = F_SEAL_WRITE | F_SEAL_FUTURE_WRITE;
 constexpr int kWriteSeals = F_SEAL_WRITE;
 #endif
 
-// Reserves guard + size + guard as PROT_NONE, then maps the fd over the middle.
-bool map_guarded(int fd, std::size_t size, uint64_t offset, std::byte** reservation,
-                 std::size_t* res_bytes, std::byte** host) noexcept {
-    const std::size_t guard = page_bytes();
-    const std::size_t total = size + 2 * guard;  // size <= max_map_bytes(): no wrap
+// Reserves guard + size + guard as PROT_NONE (the guards a granule each, so
+// that the mapping starts on one: hugetlbfs maps only at huge-page-aligned
+// addresses), then maps the fd over the middle.
+bool map_guarded(int fd, std::size_t size, uint64_t offset, std::size_t granule,
+                 std::byte** reservation, std::size_t* res_bytes, std::byte** host) noexcept {
+    const std::size_t slack = granule - page_bytes();  // to align the mapping's start
+    const std::size_t total = size + 2 * granule + slack;  // size <= max_map_bytes(): no wrap
     void* r = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r == MAP_FAILED) {
         log_errno("mmap reservation");
         return false;
     }
     auto* base = static_cast<std::byte*>(r);
-    void* m = mmap(base + guard, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+    const auto start = reinterpret_cast<uintptr_t>(base) + granule;
+    auto* at = reinterpret_cast<std::byte*>((start + granule - 1) / granule * granule);
+    void* m = mmap(at, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
                    static_cast<off_t>(offset));
     if (m == MAP_FAILED) {
         log_errno("mmap memfd");
@@ -62,7 +68,7 @@ bool map_guarded(int fd, std::size_t size, uint64_t offset, std::byte** reservat
     }
     *reservation = base;
     *res_bytes = total;
-    *host = base + guard;
+    *host = at;
     return true;
 }
 
@@ -100,10 +106,25 @@ Result<MemoryRegion, MemError> MemoryRegion::map_fd(int fd, std::size_t size_byt
     return r;
 }
 
+std::size_t MemoryRegion::map_granule(int fd) noexcept {
+    struct statfs fs {};
+    struct stat st {};
+    if (fd < 0 || fstatfs(fd, &fs) != 0 || fstat(fd, &st) != 0) return 0;
+    // hugetlbfs (DPDK's and QEMU's hugepage memory) maps whole huge pages,
+    // its st_blksize; every other file system maps pages.
+    if (fs.f_type == HUGETLBFS_MAGIC && st.st_blksize > 0 &&
+        static_cast<std::size_t>(st.st_blksize) % page_bytes() == 0) {
+        return static_cast<std::size_t>(st.st_blksize);
+    }
+    return page_bytes();
+}
+
 Result<MemoryRegion, MemError> MemoryRegion::map_owned(int fd, std::size_t size_bytes,
                                                        uint64_t offset) noexcept {
-    // Rule: a region has bytes, fits an off_t, and starts on a page (mmap's offset rule).
-    if (size_bytes == 0 || size_bytes > max_map_bytes() || offset % page_bytes() != 0) {
+    const std::size_t granule = map_granule(fd);
+    if (granule == 0) return unexpected(MemError::BadFd);
+    // Rule: a region has bytes, fits an off_t, and starts on a granule (mmap's offset rule).
+    if (size_bytes == 0 || size_bytes > max_map_bytes() - 2 * granule || offset % granule != 0) {
         return unexpected(MemError::BadRegion);
     }
     // Rule: offset + size is overflow-checked (STYLE.md §6, vhost-user regions).
@@ -131,11 +152,11 @@ Result<MemoryRegion, MemError> MemoryRegion::map_owned(int fd, std::size_t size_
     if (seals > 0 && (seals & kWriteSeals) != 0) return unexpected(MemError::BadFd);
     const bool sealed = seals > 0 && (seals & F_SEAL_SHRINK) != 0;
 
-    const std::size_t size = round_up(size_bytes, page_bytes());
+    const std::size_t size = round_up(size_bytes, granule);
     std::byte* reservation = nullptr;
     std::size_t res_bytes = 0;
     std::byte* host = nullptr;
-    if (!map_guarded(fd, size, offset, &reservation, &res_bytes, &host)) {
+    if (!map_guarded(fd, size, offset, granule, &reservation, &res_bytes, &host)) {
         return unexpected(MemError::SystemError);
     }
     return MemoryRegion(fd, reservation, res_bytes, host, size, sealed);

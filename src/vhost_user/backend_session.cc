@@ -417,13 +417,18 @@ BackendSession::Fail BackendSession::set_mem_table(std::span<const std::byte> p,
     }
 
     auto m = std::make_unique<Memory>();
-    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     for (std::size_t k = 0; k < regs.size(); ++k) {
         const MemRegion& w = regs[k];
-        const uint64_t aligned = w.mmap_offset & ~(page - 1);
+        const int fd = fds.take(k);
+        // Mapped from the granule (page, or huge page) holding mmap_offset.
+        const uint64_t granule = mem::MemoryRegion::map_granule(fd);
+        const uint64_t aligned = granule == 0 ? 0 : w.mmap_offset / granule * granule;
         const uint64_t delta = w.mmap_offset - aligned;
-        if (w.memory_size > UINT64_MAX - delta) return Fail::Payload;
-        auto r = mem::MemoryRegion::map_fd(fds.take(k), w.memory_size + delta, aligned);
+        if (w.memory_size > UINT64_MAX - delta) {
+            ::close(fd);
+            return Fail::Payload;
+        }
+        auto r = mem::MemoryRegion::map_fd(fd, w.memory_size + delta, aligned);
         if (!r) return Fail::Payload;
         std::byte* host = r->host() + delta;
         if (!m->table.add(mem::GuestAddr(w.guest_phys_addr), {host, w.memory_size})) {

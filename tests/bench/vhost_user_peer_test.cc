@@ -73,5 +73,17 @@ TEST_P(PvnetServePeer, MacswapCountsAgree) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, PvnetServePeer, ::testing::Values("event", "poll"));
 
+// DPDK's memory in 2 MiB hugepages (hugetlbfs fds in SET_MEM_TABLE, as `pvnet
+// bench vhost-user` runs it): pvnet maps whole huge pages. Root: the run
+// reserves the hugepages.
+TEST(VirtioUserPeer, PvnetServeMapsHugepageMemory) {
+    ASSERT_TRUE(testpmd_available()) << "dpdk-testpmd not installed (Debian: dpdk; make deps installs it)";
+    auto cfg = no_huge_config();
+    cfg.hugepages = true;
+    cfg.backend_command = {PVNET_EXE, "serve", "--vhost-user", "{sock}", "--macswap", "--backend-cpu", "0"};
+    const auto r = run_virtio_user_peer(cfg);
+    expect_counts_agree(r, cfg.queue_size);
+}
+
 }  // namespace
 }  // namespace pvnet::bench

@@ -28,17 +28,20 @@ public:
     /// BadRegion for zero or a size beyond off_t.
     static Result<MemoryRegion, MemError> create(std::size_t size_bytes,
                                                  const char* name = "pvnet") noexcept;
-    /// Maps `size_bytes` (rounded up to a page) of `fd` at `offset` (the other
-    /// party's view). Always takes ownership of `fd`: it is kept by the region
+    /// Maps `size_bytes` (rounded up to map_granule(fd)) of `fd` at `offset`
+    /// (the other party's view). Always takes ownership of `fd`: it is kept by the region
     /// on success and closed on failure, so callers pass `dup(fd)`.
     /// Nothing is mapped when it fails with
-    ///   BadRegion  - size zero or beyond off_t, offset not page-aligned, offset +
-    ///                size overflows;
+    ///   BadRegion  - size zero or beyond off_t, offset not granule-aligned,
+    ///                offset + size overflows;
     ///   BadFd      - fd not open, not a regular file (memfd), not O_RDWR, or
     ///                sealed against writes;
     ///   FdTooShort - the file's st_size < offset + size_bytes.
     static Result<MemoryRegion, MemError> map_fd(int fd, std::size_t size_bytes,
                                                  uint64_t offset) noexcept;
+    /// The unit `fd` maps in: a page, or on hugetlbfs the huge page size
+    /// (offsets and sizes of its mappings are multiples of it). 0: not a file.
+    static std::size_t map_granule(int fd) noexcept;
 
     MemoryRegion(MemoryRegion&& o) noexcept;
     MemoryRegion& operator=(MemoryRegion&& o) noexcept;
