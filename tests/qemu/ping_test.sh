@@ -24,6 +24,8 @@
 #     --http-bytes N    with --netns-tap: tests/qemu/http_peer.py in the namespace serves N random
 #                       bytes; the guest fetches them and posts them back over TCP, and both md5s
 #                       must match the peer's
+#     --hugepages       guest memory in 2 MiB hugepages (memory-backend-file on a hugetlbfs mount
+#                       of this run; nr_hugepages raised if needed and restored afterwards)
 #     --timeout S       whole guest run (180)       --keep    keep the run's logs
 set -euo pipefail
 
@@ -31,7 +33,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 backends=() ready="" qemu_server=0 guest_dir=${PVNET_GUEST_DIR:-/tmp/pvnet-qemu-guest}
 ip=192.0.2.2/24 peer=192.0.2.1 peer_mac="" count=5 size=56 mtu="" mrg="" host_mtu="" queues=1 devopts=""
-timeout_s=180 keep=0 netns_tap="" http_bytes=0 check_queues=0
+timeout_s=180 keep=0 netns_tap="" http_bytes=0 check_queues=0 hugepages=0
 while (($#)); do
     case $1 in
         --backend) backends[0]=$2; shift ;;
@@ -52,6 +54,7 @@ while (($#)); do
         --netns-tap) netns_tap=$2; shift ;;
         --http-bytes) http_bytes=$2; shift ;;
         --check-queues) check_queues=1 ;;
+        --hugepages) hugepages=1 ;;
         --timeout) timeout_s=$2; shift ;;
         --keep) keep=1 ;;
         *) echo "ping_test: unknown option $1" >&2; exit 2 ;;
@@ -66,6 +69,7 @@ nics=${#backends[@]}
 run=$(mktemp -d /tmp/pvnet-qemu.XXXXXX)
 backend_pids=() qemu_pid= http_pid=
 netns=pvq$$ tap=pvq$$t
+nr_huge=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages old_nr_huge=
 cleanup() {
     # Every child was started with setsid: its process group is its alone.
     [[ -n $qemu_pid ]] && kill -- -"$qemu_pid" 2>/dev/null || true
@@ -75,6 +79,10 @@ cleanup() {
     for pid in "${backend_pids[@]}"; do kill -9 -- -"$pid" 2>/dev/null || true; done
     [[ -n $http_pid ]] && kill "$http_pid" 2>/dev/null || true
     [[ -n $netns_tap ]] && ip netns del "$netns" 2>/dev/null || true
+    if ((hugepages)); then
+        umount "$run/huge" 2>/dev/null || true
+        [[ -n $old_nr_huge ]] && echo "$old_nr_huge" >"$nr_huge" || true
+    fi
     if ((keep)); then echo "ping_test: logs kept in $run"; else rm -rf "$run"; fi
 }
 trap cleanup EXIT
@@ -143,10 +151,24 @@ append+=" pvnet.count=$count pvnet.size=$size"
 ((check_queues)) && append+=" pvnet.percpu=1"
 [[ -n $mtu ]] && append+=" pvnet.mtu=$mtu"
 [[ -n $peer_mac ]] && append+=" pvnet.peermac=$peer_mac"
+memdev=memory-backend-memfd,id=mem,size=256M,share=on
+if ((hugepages)); then
+    # 128 pages of 2 MiB for the guest's 256 MiB, on a mount of our own.
+    free=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages)
+    if ((free < 128)); then
+        old_nr_huge=$(cat "$nr_huge")
+        echo $((old_nr_huge + 128 - free)) >"$nr_huge"
+        free=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages)
+        ((free >= 128)) || fail "only $free free 2 MiB hugepages after raising nr_hugepages"
+    fi
+    mkdir -p "$run/huge"
+    mount -t hugetlbfs -o pagesize=2M none "$run/huge"
+    memdev=memory-backend-file,id=mem,size=256M,share=on,mem-path=$run/huge
+fi
 qemu=(qemu-system-x86_64 -accel tcg -m 256 -smp "$queues" -nodefaults -no-user-config
       -kernel "$guest_dir/vmlinux" -initrd "$guest_dir/initramfs.cpio.gz" -append "$append"
       -display none -serial stdio -no-reboot
-      -object memory-backend-memfd,id=mem,size=256M,share=on -numa node,memdev=mem
+      -object "$memdev" -numa node,memdev=mem
       "${nic_args[@]}")
 
 start_qemu() {
