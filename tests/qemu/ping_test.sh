@@ -159,7 +159,8 @@ if [[ -n $responder ]]; then
     responder_nic=()
     add_nic responder_nic 0 "$(sock 1)" 52:54:00:12:35:50
     # It stays until it has answered every ping, at most the whole run.
-    qemu_cmd responder_qemu "$common pvnet.ip=$responder pvnet.stay=$timeout_s" "${responder_nic[@]}"
+    qemu_cmd responder_qemu "$common pvnet.ip=$responder pvnet.stay=$timeout_s" \
+        "${responder_nic[@]}"
 fi
 
 start_guest() {  # NAME COMMAND...: the pid in guest_pid
@@ -221,7 +222,9 @@ check_guest_log() {  # NAME QEMU-EXIT
     # Signs that the device broke the virtio contract (see virtio_ring.c's BAD_RING messages).
     bad=$(grep -aEi 'is not a head|unexpected used|id [0-9]+ out of range|virtio.*(reset|broken)|NETDEV WATCHDOG|Kernel panic|BUG:|Call Trace' "$log" || true)
     [[ -z $bad ]] || fail "$1 logged virtio errors: $bad"
-    if grep -aq '^PVNET-ERROR' "$log"; then fail "$1: $(grep -a '^PVNET-ERROR' "$log" | tr '\n' ' ')"; fi
+    if grep -aq '^PVNET-ERROR' "$log"; then
+        fail "$1: $(grep -a '^PVNET-ERROR' "$log" | tr '\n' ' ')"
+    fi
 }
 check_guest_log guest "$qemu_rc"
 log=$run/guest.log
@@ -250,7 +253,10 @@ done
 if ((${#finals[@]})); then
     # SIGTERM: the backend prints its final counters and exits.
     kill -- -"${backend_pids[0]}" 2>/dev/null || true
-    for ((i = 0; i < 100; i++)); do kill -0 "${backend_pids[0]}" 2>/dev/null || break; sleep 0.1; done
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "${backend_pids[0]}" 2>/dev/null || break
+        sleep 0.1
+    done
     ((i < 100)) || fail "backend 0 did not exit within 10 s of SIGTERM"
     for re in "${finals[@]}"; do
         grep -Eq -- "$re" "$run/backend0.log" || fail "backend 0's output does not match: $re"

@@ -169,7 +169,7 @@ public:
     Counter forwarded;         ///< copies queued at a destination
     Counter learned;           ///< source MACs this port's frames added to the table
     Counter moved;             ///< source MACs that moved to this port's device
-    Counter aged;              ///< stale entries this port's lookups removed
+    Counter aged;              ///< stale entries its frames met (removed, or re-learned fresh)
     Counter learn_table_full;  ///< new source MACs not learned: the table was full
     CounterArray<SwitchDrop> drops;
 
