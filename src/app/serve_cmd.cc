@@ -1,8 +1,9 @@
 // `pvnet serve`: virtio-net devices for a VMM (QEMU's vhost-user netdev),
 // one per --vhost-user socket, each a backend::VhostNet over one port per
 // queue pair: IcmpEchoPort (--echo, a host that answers ARP and ping),
-// MacswapPort (--macswap, testpmd's macswap) or a TapPort (--tap, into the
-// host's stack, optionally in a namespace). Each device has its worker
+// MacswapPort (--macswap, testpmd's macswap), a TapPort (--tap, into the
+// host's stack, optionally in a namespace) or a SwitchPort (--switch, a
+// learning switch between all the devices). Each device has its worker
 // thread (NetDevice::start) and a vhost_user::Server on its own thread.
 //
 // Output contract: "ready" once every socket listens (--client: once every
@@ -33,6 +34,7 @@
 #include "pvnet/backend/vhost_net.h"
 #include "pvnet/port/icmp_echo_port.h"
 #include "pvnet/port/macswap_port.h"
+#include "pvnet/port/switch_port.h"
 #include "pvnet/port/tap_port.h"
 #include "pvnet/vhost_user/server.h"
 #include "stats_table.h"
@@ -47,6 +49,8 @@ struct ServeOptions {
     uint16_t queues = 1;
     std::string echo_ip, tap, netns;
     bool macswap = false;
+    bool l2switch = false;
+    double switch_ageing = 300;  ///< seconds: Linux's bridge ageing_time default
     std::string mode = "event";
     BackendKnobs backend;
     int backend_cpu = -1;
@@ -58,9 +62,9 @@ struct ServeOptions {
 constexpr uint32_t kL2HdrBytes = 14 + 4;  // Ethernet and one 802.1Q tag beyond the MTU
 
 /// The device's feature word (the vhost-user session leaves out the control
-/// queue's features itself: QEMU emulates that queue). Echo and macswap hand
-/// frames back as they came, so they offer no checksum or GSO offload (a
-/// partial checksum would come back unfinished).
+/// queue's features itself: QEMU emulates that queue). Echo, macswap and the
+/// switch hand frames to a guest as a guest sent them, so they offer no
+/// checksum or GSO offload (a partial checksum would arrive unfinished).
 uint64_t offered_features(bool offloads) {
     using namespace virtio;
     uint64_t f = backend::kVhostNetFeatures;
@@ -232,6 +236,21 @@ void run_serve(const ServeOptions& o) {
             }
             return std::move(*p);
         });
+    } else if (o.l2switch) {
+        port::SwitchConfig cfg;
+        cfg.ageing = std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::duration<double>(o.switch_ageing));
+        auto sw = port::L2Switch::create(std::move(cfg));
+        if (!sw) throw std::runtime_error("switch: " + std::string(port::to_string(sw.error())));
+        // Outlives every device: run() stops all the workers before any port goes.
+        const std::unique_ptr<port::L2Switch> l2 = std::move(*sw);
+        run<port::SwitchPort>(o, [&](unsigned dev, uint16_t) {
+            auto p = port::SwitchPort::create(*l2, dev, max_frame);
+            if (!p) {
+                throw std::runtime_error("switch port: " + std::string(port::to_string(p.error())));
+            }
+            return std::move(*p);
+        });
     } else {
         run<port::TapPort>(o, [&](unsigned, uint16_t) {
             port::TapConfig cfg;
@@ -269,6 +288,13 @@ void add_serve_command(CLI::App& app) {
     CLI::Option* tap = cmd->add_option("--tap", o->tap,
                                        "port: this tap (created, or attached to); offloads as the guest negotiates")
                            ->check(checks::IfName());
+    CLI::Option* l2switch =
+        cmd->add_flag("--switch", o->l2switch,
+                      "port: a learning L2 switch between all the devices of this process");
+    CLI::Option* ageing =
+        cmd->add_option("--switch-ageing", o->switch_ageing,
+                        "seconds a learned MAC stays in --switch's table unseen")
+            ->check(checks::Real(1.0, 1000000.0));
     CLI::Option* netns = cmd->add_option("--netns", o->netns, "existing namespace of the --tap")
                              ->check(checks::Netns());
     cmd->add_option("--mode", o->mode,
@@ -283,19 +309,24 @@ void add_serve_command(CLI::App& app) {
                     "write the counters as JSON here at every stats line and at the end")
         ->check(checks::OutputPath());
     cmd->add_option("--mtu", o->mtu,
-                    "largest MTU: echo/macswap frame size, and the NET_MTU the device offers")
+                    "largest MTU: echo/macswap/switch frame size, and the NET_MTU the device "
+                    "offers")
         ->check(Int<uint16_t>(68, 9000));
 
-    cmd->callback([o, echo, macswap, tap, netns, busyloop] {
+    cmd->callback([o, echo, macswap, tap, l2switch, ageing, netns, busyloop] {
         // Checks across options, before anything opens: CLI11's errors, so the same exit code.
-        const std::size_t ports = echo->count() + macswap->count() + tap->count();
+        const std::size_t ports =
+            echo->count() + macswap->count() + tap->count() + l2switch->count();
         if (ports != 1) {
-            throw CLI::ValidationError("--echo/--macswap/--tap",
+            throw CLI::ValidationError("--echo/--macswap/--tap/--switch",
                                        "exactly one port kind is required (" +
                                            std::to_string(ports) + " given)");
         }
         if (netns->count() != 0 && tap->count() == 0) {
             throw CLI::ValidationError("--netns", "applies to --tap only");
+        }
+        if (ageing->count() != 0 && l2switch->count() == 0) {
+            throw CLI::ValidationError("--switch-ageing", "applies to --switch only");
         }
         if (tap->count() != 0 && o->sockets.size() > 1) {
             throw CLI::ValidationError("--tap", "serves one device: give one --vhost-user");

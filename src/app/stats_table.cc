@@ -133,6 +133,27 @@ CounterTable<port::TapPort> port_counters<port::TapPort>() {
     return t;
 }
 
+template <>
+CounterTable<port::SwitchPort> port_counters<port::SwitchPort>() {
+    using S = port::SwitchPort;
+    static const std::vector<CounterField<S>> t = [] {
+        std::vector<CounterField<S>> v = {
+            PVNET_COUNTER(S, tx_pkts),    PVNET_COUNTER(S, tx_unicast),
+            PVNET_COUNTER(S, tx_flooded), PVNET_COUNTER(S, forwarded),
+            PVNET_COUNTER(S, learned),    PVNET_COUNTER(S, moved),
+            PVNET_COUNTER(S, aged),       PVNET_COUNTER(S, learn_table_full),
+            PVNET_QUEUE_COUNTERS(S),
+        };
+        for (std::size_t i = 0; i < static_cast<std::size_t>(port::SwitchDrop::Count); ++i) {
+            const auto why = static_cast<port::SwitchDrop>(i);
+            v.push_back({"drop_" + std::string(port::to_string(why)),
+                         [why](const S& s) { return s.drops.get(why); }});
+        }
+        return v;
+    }();
+    return t;
+}
+
 #undef PVNET_QUEUE_COUNTERS
 #undef PVNET_COUNTER
 

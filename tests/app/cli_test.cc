@@ -49,7 +49,11 @@ std::string required_args(const Bad& b) {
     if (b.command == "serve") {
         std::string s;
         if (b.option != "--vhost-user") s += " --vhost-user /tmp/pvcli-serve.sock";
-        if (b.option != "--echo" && b.option != "--tap") s += " --macswap";
+        if (b.option == "--switch-ageing") {
+            s += " --switch";
+        } else if (b.option != "--echo" && b.option != "--tap") {
+            s += " --macswap";
+        }
         return s;
     }
     if (b.command != "relay") return "";
@@ -116,6 +120,8 @@ const Bad kBad[] = {
     {"serve", "--stats-interval", "inf"},
     {"serve", "--json-stats", "/pvcli-no-such-dir/s.json"},
     {"serve", "--mtu", "9001"},
+    {"serve", "--switch-ageing", "0"},
+    {"serve", "--switch-ageing", "1000001"},
     // pvnet bench pvp
     {"bench pvp", "--frame-bytes", "10"},
     {"bench pvp", "--frame-bytes", "100000"},
@@ -196,6 +202,10 @@ TEST(Cli, ServeRefusesBadOptionCombinations) {
     const std::pair<const char*, const char*> cases[] = {
         {"serve --vhost-user /tmp/pvcli-s.sock", "exactly one port kind"},
         {"serve --vhost-user /tmp/pvcli-s.sock --macswap --echo 10.0.0.1", "exactly one port kind"},
+        {"serve --vhost-user /tmp/pvcli-s.sock --vhost-user /tmp/pvcli-t.sock --switch --macswap",
+         "exactly one port kind"},
+        {"serve --vhost-user /tmp/pvcli-s.sock --macswap --switch-ageing 10",
+         "applies to --switch only"},
         {"serve --vhost-user /tmp/pvcli-s.sock --vhost-user /tmp/pvcli-t.sock --tap pvcli-t",
          "give one --vhost-user"},
         {"serve --vhost-user /tmp/pvcli-s.sock --vhost-user /tmp/pvcli-s.sock --macswap",

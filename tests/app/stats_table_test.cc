@@ -51,6 +51,22 @@ TEST(StatsTableTest, PortTablesNameTheirDrops) {
     EXPECT_EQ(m.size(), 8 + static_cast<std::size_t>(port::IcmpDrop::Count));
 }
 
+TEST(StatsTableTest, SwitchPortTableNamesItsCountersAndDrops) {
+    auto sw = port::L2Switch::create({});
+    ASSERT_TRUE(sw.has_value());
+    auto p = port::SwitchPort::create(**sw, 0, 1518);
+    ASSERT_TRUE(p.has_value());
+    (*p)->drops.add(port::SwitchDrop::OwnDevice, 3);
+    (*p)->learn_table_full.add(2);
+    const CounterGroup g = read_counters("port", "port_", **p, port_counters<port::SwitchPort>());
+    std::map<std::string, uint64_t> m(g.values.begin(), g.values.end());
+    EXPECT_EQ(m.at("drop_own_device"), 3u);
+    EXPECT_EQ(m.at("learn_table_full"), 2u);
+    EXPECT_EQ(m.at("drop_runt"), 0u);
+    EXPECT_EQ(m.size(), g.values.size());  // names distinct
+    EXPECT_EQ(m.size(), 8 + 5 + static_cast<std::size_t>(port::SwitchDrop::Count));
+}
+
 TEST(StatsTableTest, KvLinesAndJsonCarryTheSameCounters) {
     backend::VhostNetStats q0, q1;
     backend::DeviceStats ds;

@@ -8,6 +8,11 @@
 #                       path (e.g. "pvnet serve --vhost-user {sock} --echo 192.0.2.1")
 #     --backend1 CMD    a second NIC (eth1, 198.51.100.2/24 pinging 198.51.100.1) on its own
 #                       socket, served by CMD ({sock} is that socket)
+#     --responder A/L   a second guest, its one NIC on socket {sock1} of --backend, at address
+#                       A/L: it answers the first guest's pings (set --peer to A) and is booted
+#                       first, until it is up
+#     --backend-final REGEX  (repeatable) once the guests are done, the backend is stopped
+#                       (SIGTERM) and its output must match REGEX (e.g. its final counters)
 #     --ready REGEX     wait for REGEX in the backend's output before starting QEMU (default: wait
 #                       for the socket to appear)
 #     --qemu-server     QEMU listens on the sockets (server=on,wait=off), the backends connect
@@ -33,11 +38,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 backends=() ready="" qemu_server=0 guest_dir=${PVNET_GUEST_DIR:-/tmp/pvnet-qemu-guest}
 ip=192.0.2.2/24 peer=192.0.2.1 peer_mac="" count=5 size=56 mtu="" mrg="" host_mtu="" queues=1 devopts=""
-timeout_s=180 keep=0 netns_tap="" http_bytes=0 check_queues=0 hugepages=0
+timeout_s=180 keep=0 netns_tap="" http_bytes=0 check_queues=0 hugepages=0 responder="" finals=()
 while (($#)); do
     case $1 in
         --backend) backends[0]=$2; shift ;;
         --backend1) backends[1]=$2; shift ;;
+        --responder) responder=$2; shift ;;
+        --backend-final) finals+=("$2"); shift ;;
         --ready) ready=$2; shift ;;
         --qemu-server) qemu_server=1 ;;
         --guest-dir) guest_dir=$2; shift ;;
@@ -63,17 +70,20 @@ while (($#)); do
 done
 [[ -n ${backends[0]:-} ]] || { echo "ping_test: --backend is required" >&2; exit 2; }
 nics=${#backends[@]}
+if [[ -n $responder ]] && ((nics > 1 || qemu_server)); then
+    echo "ping_test: --responder takes neither --backend1 nor --qemu-server" >&2; exit 2
+fi
 
 "$root/tools/qemu-guest/build-guest.sh" "$guest_dir"
 
 run=$(mktemp -d /tmp/pvnet-qemu.XXXXXX)
-backend_pids=() qemu_pid= http_pid=
+backend_pids=() qemu_pid= responder_pid= http_pid=
 netns=pvq$$ tap=pvq$$t
 nr_huge=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages old_nr_huge=
 cleanup() {
     # Every child was started with setsid: its process group is its alone.
-    [[ -n $qemu_pid ]] && kill -- -"$qemu_pid" 2>/dev/null || true
     local pid
+    for pid in $qemu_pid $responder_pid; do kill -- -"$pid" 2>/dev/null || true; done
     for pid in "${backend_pids[@]}"; do kill -- -"$pid" 2>/dev/null || true; done
     ((${#backend_pids[@]})) && sleep 0.5
     for pid in "${backend_pids[@]}"; do kill -9 -- -"$pid" 2>/dev/null || true; done
@@ -92,7 +102,11 @@ fail() {
     for ((n = 0; n < nics; n++)); do
         echo "---- backend $n log ($run/backend$n.log)"; tail -n 40 "$run/backend$n.log" 2>/dev/null || true
     done
-    echo "---- guest log ($run/guest.log)"; tail -n 80 "$run/guest.log" 2>/dev/null || true
+    local g
+    for g in responder guest; do
+        [[ -e $run/$g.log ]] || continue
+        echo "---- $g log ($run/$g.log)"; tail -n 80 "$run/$g.log"
+    done
     exit 1
 }
 now() { date +%s.%N; }
@@ -101,6 +115,7 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 sock() { echo "$run/vhost$1.sock"; }
 start_backend() {  # N
     local cmd=${backends[$1]//\{sock\}/$(sock "$1")}
+    cmd=${cmd//\{sock1\}/$(sock 1)}
     cmd=${cmd//\{netns\}/$netns}
     cmd=${cmd//\{tap\}/$tap}
     # stdin is a FIFO that stays open (fd 3): an interactive backend (testpmd -i) waits on it.
@@ -127,11 +142,13 @@ wait_backend_ready() {  # N
     echo "ping_test: backend $1 ready after $(elapsed "$t0") s"
 }
 
-# One virtio-net-pci per backend; NIC n is eth$n in the guest (PCI slot order).
-nic_args=()
-for ((n = 0; n < nics; n++)); do
+# add_nic ARRAY N SOCK MAC: the QEMU arguments of NIC n (eth$n in the guest, by PCI slot order)
+# on socket SOCK, appended to ARRAY.
+add_nic() {
+    local -n out=$1
+    local n=$2 dev netdev chardev
     # QEMU 7.2 under TCG segfaults when the guest enables MSI-X on a vhost-user NIC: INTx only.
-    dev=virtio-net-pci,netdev=n$n,mac=52:54:00:12:34:5$n,vectors=0
+    dev=virtio-net-pci,netdev=n$n,mac=$4,vectors=0
     [[ -n $mrg ]] && dev+=,mrg_rxbuf=$mrg
     [[ -n $host_mtu ]] && dev+=,host_mtu=$host_mtu
     netdev=vhost-user,id=n$n,chardev=c$n
@@ -140,41 +157,74 @@ for ((n = 0; n < nics; n++)); do
         netdev+=,queues=$queues
     fi
     [[ -n $devopts ]] && dev+=,$devopts
-    chardev=socket,id=c$n,path=$(sock $n)
+    chardev=socket,id=c$n,path=$3
     ((qemu_server)) && chardev+=,server=on,wait=off
-    nic_args+=(-chardev "$chardev" -netdev "$netdev" -device "$dev")
-done
-append="console=ttyS0 no_timer_check panic=-1 quiet loglevel=4 pvnet.ip=$ip pvnet.peer=$peer"
-((nics > 1)) && append+=" pvnet.ip1=198.51.100.2/24 pvnet.peer1=198.51.100.1"
-append+=" pvnet.count=$count pvnet.size=$size"
-((http_bytes)) && append+=" pvnet.http=http://$peer:8080"
-((check_queues)) && append+=" pvnet.percpu=1"
-[[ -n $mtu ]] && append+=" pvnet.mtu=$mtu"
-[[ -n $peer_mac ]] && append+=" pvnet.peermac=$peer_mac"
+    out+=(-chardev "$chardev" -netdev "$netdev" -device "$dev")
+}
 memdev=memory-backend-memfd,id=mem,size=256M,share=on
 if ((hugepages)); then
-    # 128 pages of 2 MiB for the guest's 256 MiB, on a mount of our own.
+    # 128 pages of 2 MiB for each guest's 256 MiB, on a mount of our own.
+    need=$((128 * (${responder:+1} + 1)))
     free=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages)
-    if ((free < 128)); then
+    if ((free < need)); then
         old_nr_huge=$(cat "$nr_huge")
-        echo $((old_nr_huge + 128 - free)) >"$nr_huge"
+        echo $((old_nr_huge + need - free)) >"$nr_huge"
         free=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages)
-        ((free >= 128)) || fail "only $free free 2 MiB hugepages after raising nr_hugepages"
+        ((free >= need)) || fail "only $free free 2 MiB hugepages after raising nr_hugepages"
     fi
     mkdir -p "$run/huge"
     mount -t hugetlbfs -o pagesize=2M none "$run/huge"
     memdev=memory-backend-file,id=mem,size=256M,share=on,mem-path=$run/huge
 fi
-qemu=(qemu-system-x86_64 -accel tcg -m 256 -smp "$queues" -nodefaults -no-user-config
-      -kernel "$guest_dir/vmlinux" -initrd "$guest_dir/initramfs.cpio.gz" -append "$append"
-      -display none -serial stdio -no-reboot
-      -object "$memdev" -numa node,memdev=mem
-      "${nic_args[@]}")
+# qemu_cmd ARRAY APPEND NIC-ARGS...: a guest's QEMU command line into ARRAY.
+qemu_cmd() {
+    local -n cmd=$1
+    cmd=(qemu-system-x86_64 -accel tcg -m 256 -smp "$queues" -nodefaults -no-user-config
+         -kernel "$guest_dir/vmlinux" -initrd "$guest_dir/initramfs.cpio.gz" -append "$2"
+         -display none -serial stdio -no-reboot
+         -object "$memdev" -numa node,memdev=mem
+         "${@:3}")
+}
+common="console=ttyS0 no_timer_check panic=-1 quiet loglevel=4 pvnet.count=$count pvnet.size=$size"
+[[ -n $mtu ]] && common+=" pvnet.mtu=$mtu"
 
+nic_args=()
+for ((n = 0; n < nics; n++)); do add_nic nic_args $n "$(sock $n)" 52:54:00:12:34:5$n; done
+append="$common pvnet.ip=$ip pvnet.peer=$peer"
+((nics > 1)) && append+=" pvnet.ip1=198.51.100.2/24 pvnet.peer1=198.51.100.1"
+((http_bytes)) && append+=" pvnet.http=http://$peer:8080"
+((check_queues)) && append+=" pvnet.percpu=1"
+[[ -n $peer_mac ]] && append+=" pvnet.peermac=$peer_mac"
+qemu_cmd qemu "$append" "${nic_args[@]}"
+if [[ -n $responder ]]; then
+    responder_nic=()
+    add_nic responder_nic 0 "$(sock 1)" 52:54:00:12:35:50
+    # It stays until it has answered every ping, at most the whole run.
+    qemu_cmd responder_qemu "$common pvnet.ip=$responder pvnet.stay=$timeout_s" \
+        "${responder_nic[@]}"
+fi
+
+start_guest() {  # NAME COMMAND...: the pid in guest_pid
+    echo "ping_test: $1: ${*:2}"
+    setsid timeout -k 5 "$timeout_s" "${@:2}" </dev/null >"$run/$1.log" 2>&1 &
+    guest_pid=$!
+}
 start_qemu() {
-    echo "ping_test: qemu: ${qemu[*]}"
-    setsid timeout -k 5 "$timeout_s" "${qemu[@]}" </dev/null >"$run/guest.log" 2>&1 &
-    qemu_pid=$!
+    if [[ -n $responder ]]; then
+        start_guest responder "${responder_qemu[@]}"
+        responder_pid=$guest_pid
+        local t0 i
+        t0=$(now)
+        for ((i = 0; i < timeout_s * 10; i++)); do
+            grep -aq '^PVNET-READY' "$run/responder.log" && break
+            kill -0 "$responder_pid" 2>/dev/null || fail "responder guest exited before it was up"
+            sleep 0.1
+        done
+        ((i < timeout_s * 10)) || fail "responder guest not up within $timeout_s s"
+        echo "ping_test: responder up after $(elapsed "$t0") s"
+    fi
+    start_guest guest "${qemu[@]}"
+    qemu_pid=$guest_pid
 }
 
 if [[ -n $netns_tap ]]; then
@@ -215,13 +265,34 @@ qemu_pid=
 guest_s=$(elapsed "$t_qemu")
 ((qemu_rc == 124 || qemu_rc == 137)) && fail "guest did not finish within $timeout_s s"
 
+if [[ -n $responder ]]; then
+    # It powers off once it has sent every reply; one that missed some waits for its deadline.
+    for ((i = 0; i < 150; i++)); do kill -0 "$responder_pid" 2>/dev/null || break; sleep 0.1; done
+    responder_rc=0
+    if ((i == 150)); then kill -- -"$responder_pid" 2>/dev/null || true; fi
+    wait "$responder_pid" || responder_rc=$?
+    responder_pid=
+fi
+
+check_guest_log() {  # NAME QEMU-EXIT
+    local log=$run/$1.log bad
+    grep -a '^PVNET-' "$log" | grep -v '^PVNET-PING' | sed "s/^/$1: /" || true
+    grep -aq '^PVNET-DONE' "$log" || fail "$1 did not reach PVNET-DONE (qemu exit $2)"
+    # Signs that the device broke the virtio contract (see virtio_ring.c's BAD_RING messages).
+    bad=$(grep -aEi 'is not a head|unexpected used|id [0-9]+ out of range|virtio.*(reset|broken)|NETDEV WATCHDOG|Kernel panic|BUG:|Call Trace' "$log" || true)
+    [[ -z $bad ]] || fail "$1 logged virtio errors: $bad"
+    if grep -aq '^PVNET-ERROR' "$log"; then
+        fail "$1: $(grep -a '^PVNET-ERROR' "$log" | tr '\n' ' ')"
+    fi
+}
+check_guest_log guest "$qemu_rc"
 log=$run/guest.log
-grep -a '^PVNET-' "$log" | grep -v '^PVNET-PING' || true
-grep -aq '^PVNET-DONE' "$log" || fail "guest did not reach PVNET-DONE (qemu exit $qemu_rc)"
-# Signs that the device broke the virtio contract (see virtio_ring.c's BAD_RING messages).
-bad=$(grep -aEi 'is not a head|unexpected used|id [0-9]+ out of range|virtio.*(reset|broken)|NETDEV WATCHDOG|Kernel panic|BUG:|Call Trace' "$log" || true)
-[[ -z $bad ]] || fail "guest logged virtio errors: $bad"
-grep -aq '^PVNET-ERROR' "$log" && fail "guest: $(grep -a '^PVNET-ERROR' "$log" | tr '\n' ' ')"
+if [[ -n $responder ]]; then
+    check_guest_log responder "$responder_rc"
+    result=$(grep -a '^PVNET-RESULT stay dev=eth0 ' "$run/responder.log" || true)
+    replies=$(sed -n 's/.* echo_replies=\([0-9]*\).*/\1/p' <<<"$result")
+    ((${replies:-0} >= count)) || fail "responder sent ${replies:-0} echo replies, want $count"
+fi
 for ((n = 0; n < nics; n++)); do
     result=$(grep -a "^PVNET-RESULT ping dev=eth$n " "$log" || true)
     [[ -n $result ]] || fail "no PVNET-RESULT line for eth$n"
@@ -240,13 +311,20 @@ for ((n = 0; n < nics; n++)); do
         [[ $info == *" queues=$queues "* ]] || fail "eth$n has not $queues rx queues: $info"
     fi
 done
-if ((check_queues)); then
-    # SIGTERM: pvnet serve stops its rings and prints its final counters.
-    kill -TERM -- -"${backend_pids[0]}"
-    for ((i = 0; i < 50; i++)); do
-        grep -q '^final .* q=' "$run/backend0.log" && ! kill -0 "${backend_pids[0]}" 2>/dev/null && break
+# SIGTERM: pvnet serve stops its rings, prints its final counters and exits.
+if ((check_queues || ${#finals[@]})); then
+    kill -- -"${backend_pids[0]}" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "${backend_pids[0]}" 2>/dev/null || break
         sleep 0.1
     done
+    ((i < 100)) || fail "backend 0 did not exit within 10 s of SIGTERM"
+fi
+for re in "${finals[@]}"; do
+    grep -Eq -- "$re" "$run/backend0.log" || fail "backend 0's output does not match: $re"
+done
+((${#finals[@]})) && echo "ping_test: backend 0's output matches ${#finals[@]} pattern(s)"
+if ((check_queues)); then
     for ((q = 0; q < queues; q++)); do
         line=$(grep "^final dev=0 .* q=$q " "$run/backend0.log" || true)
         tx=$(sed -n 's/.* tx_pkts=\([0-9]*\) .*/\1/p' <<<"$line")
@@ -256,12 +334,12 @@ if ((check_queues)); then
     done
 fi
 if ((http_bytes)); then
-    want=$(sed -n 's/^blob md5=\([0-9a-f]*\) .*/\1/p' "$run/http.out")
-    [[ -n $want ]] || fail "http_peer.py did not start: $(cat "$run/http.log")"
+    md5=$(sed -n 's/^blob md5=\([0-9a-f]*\) .*/\1/p' "$run/http.out")
+    [[ -n $md5 ]] || fail "http_peer.py did not start: $(cat "$run/http.log")"
     fetch=$(grep -a '^PVNET-RESULT fetch ' "$log" || true)
     upload=$(grep -a '^PVNET-RESULT upload ' "$log" || true)
-    echo "ping_test: peer's blob md5=$want bytes=$http_bytes; guest: $fetch; $upload"
-    [[ $fetch == *" md5=$want bytes=$http_bytes"* ]] || fail "guest fetched something else: $fetch"
-    [[ $upload == *" md5=$want bytes=$http_bytes"* ]] || fail "peer received something else: $upload"
+    echo "ping_test: peer's blob md5=$md5 bytes=$http_bytes; guest: $fetch; $upload"
+    [[ $fetch == *" md5=$md5 bytes=$http_bytes"* ]] || fail "guest fetched something else: $fetch"
+    [[ $upload == *" md5=$md5 bytes=$http_bytes"* ]] || fail "peer received something else: $upload"
 fi
-echo "ping_test: PASS: $nics NIC(s), $want/$want pings each, guest run $guest_s s, total $(elapsed "$t_start") s"
+echo "ping_test: PASS: $nics NIC(s)${responder:+ to a responder guest}, $want/$want pings each, guest run $guest_s s, total $(elapsed "$t_start") s"
