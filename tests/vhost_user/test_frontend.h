@@ -97,6 +97,7 @@ public:
     FrontEnd(const FrontEnd&) = delete;
     FrontEnd& operator=(const FrontEnd&) = delete;
     bool connected() const { return connected_; }
+    int fd() const { return fd_; }
     void close() {
         if (fd_ >= 0) ::close(fd_);
         fd_ = -1;
