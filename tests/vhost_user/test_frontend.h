@@ -5,8 +5,8 @@
 // and hostile_frontend_test.cc (`pvnet serve` as a separate process).
 #pragma once
 
-#include <gtest/gtest.h>
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -71,7 +71,8 @@ inline int count_maps(const std::string& memfd_name, const std::string& pid = "s
     const std::string needle = "/memfd:" + memfd_name + " ";
     int n = 0;
     char line[512];
-    while (std::fgets(line, sizeof line, f) != nullptr) n += std::strstr(line, needle.c_str()) != nullptr;
+    while (std::fgets(line, sizeof line, f) != nullptr)
+        n += std::strstr(line, needle.c_str()) != nullptr;
     std::fclose(f);
     return n;
 }
@@ -91,7 +92,8 @@ public:
         connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
         timeval tv{5, 0};
         ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);  // a back-end that stops reading
+        ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv,
+                     sizeof tv);  // a back-end that stops reading
     }
     ~FrontEnd() { close(); }
     FrontEnd(const FrontEnd&) = delete;
@@ -244,7 +246,8 @@ struct Guest {
         ASSERT_LE(kHdr + frame.size(), 2048u);
         std::memset(host(tx_gpa(token)), 0, kHdr);
         std::memcpy(host(tx_gpa(token)) + kHdr, frame.data(), frame.size());
-        const ring::Buf out{mem::GuestAddr(tx_gpa(token)), static_cast<uint32_t>(kHdr + frame.size())};
+        const ring::Buf out{mem::GuestAddr(tx_gpa(token)),
+                            static_cast<uint32_t>(kHdr + frame.size())};
         ASSERT_EQ(q[1]->add(std::span(&out, 1), {}, token), ring::AddStatus::Ok);
         q[1]->publish();
         kick[1].signal();
