@@ -4,214 +4,28 @@
 // failure or close), the counter, the fd count, and that a fresh session
 // still works afterwards.
 #include <gtest/gtest.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <chrono>
-#include <cstdio>
 #include <cstring>
-#include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "pvnet/backend/vhost_net.h"
-#include "pvnet/mem/memory_region.h"
-#include "pvnet/mem/memory_table.h"
-#include "pvnet/notify/event_fd.h"
 #include "pvnet/port/peer_port.h"
-#include "pvnet/ring/driver_queue.h"
-#include "pvnet/ring/split_ring.h"
-#include "pvnet/vhost_user/protocol.h"
 #include "pvnet/vhost_user/server.h"
-#include "pvnet/virtio/virtio_config.h"
+#include "test_frontend.h"
 
 namespace pvnet::vhost_user {
 namespace {
 
-using namespace std::chrono_literals;
+using namespace test;
 using mem::GuestAddr;
-
-constexpr uint64_t kGpa = 0x100000;
-constexpr uint64_t kUva = 0x7f0000000000;  // the front-end's (fictitious) address of guest memory
-constexpr uint64_t kRingArea = 64 * 1024;
-constexpr uint64_t kMemBytes = 4 * 1024 * 1024;
-constexpr uint64_t kDataGpa = kGpa + 2 * kRingArea;
-constexpr uint16_t kRingSize = 256;
-constexpr uint32_t kHdr = backend::kHdrBytes;
-
-bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit = 5s) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (!pred()) {
-        if (std::chrono::steady_clock::now() > end) return false;
-        std::this_thread::sleep_for(1ms);
-    }
-    return true;
-}
-
-int count_fds() {
-    int n = 0;
-    DIR* d = ::opendir("/proc/self/fd");
-    while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
-    ::closedir(d);
-    return n;
-}
-
-/// Mappings of the guest's memfd in /proc/self/maps (the back-end's and the test's own).
-int count_maps() {
-    FILE* f = std::fopen("/proc/self/maps", "r");
-    int n = 0;
-    char line[512];
-    while (std::fgets(line, sizeof line, f) != nullptr) {
-        n += std::strstr(line, "memfd:vu_guest") != nullptr;
-    }
-    std::fclose(f);
-    return n;
-}
-
-std::string socket_path(const char* tag) {
-    return "/tmp/pvnet_vu_" + std::to_string(::getpid()) + "_" + tag + ".sock";
-}
-
-/// The test's front-end: one connection, blocking with a receive timeout.
-class FrontEnd {
-public:
-    explicit FrontEnd(const std::string& path) {
-        fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_un a{};
-        a.sun_family = AF_UNIX;
-        std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-        connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-        timeval tv{5, 0};
-        ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    }
-    ~FrontEnd() { ::close(fd_); }
-    bool connected() const { return connected_; }
-
-    bool send_raw(const void* data, std::size_t len, std::span<const int> fds = {}) {
-        iovec iov{const_cast<void*>(data), len};
-        msghdr mh{};
-        mh.msg_iov = &iov;
-        mh.msg_iovlen = 1;
-        alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 16)];
-        if (!fds.empty()) {
-            mh.msg_control = cbuf;
-            mh.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-            cmsghdr* c = CMSG_FIRSTHDR(&mh);
-            c->cmsg_level = SOL_SOCKET;
-            c->cmsg_type = SCM_RIGHTS;
-            c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-            std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-        }
-        return ::sendmsg(fd_, &mh, MSG_NOSIGNAL) == static_cast<ssize_t>(len);
-    }
-    bool send(Request r, uint32_t flags, const void* payload, uint32_t size,
-              std::span<const int> fds = {}) {
-        std::vector<std::byte> m(sizeof(MsgHeader) + size);
-        const MsgHeader h{static_cast<uint32_t>(r), flags, size};
-        std::memcpy(m.data(), &h, sizeof h);
-        if (size != 0) std::memcpy(m.data() + sizeof h, payload, size);
-        return send_raw(m.data(), m.size(), fds);
-    }
-    template <typename T>
-    bool msg(Request r, const T& payload, std::span<const int> fds = {}, bool need_reply = true) {
-        return send(r, kVersion | (need_reply ? kFlagNeedReply : 0), &payload, sizeof payload, fds);
-    }
-    /// A reply's u64 (or VringState), nullopt on EOF / timeout / bad reply.
-    std::optional<uint64_t> reply(Request r) {
-        MsgHeader h;
-        if (!read_all(&h, sizeof h)) return std::nullopt;
-        uint64_t v = 0;
-        if (h.request != static_cast<uint32_t>(r) || h.flags != (kVersion | kFlagReply) ||
-            h.size != 8 || !read_all(&v, sizeof v)) {
-            return std::nullopt;
-        }
-        return v;
-    }
-    /// Sends with NEED_REPLY and returns the REPLY_ACK value.
-    template <typename T>
-    std::optional<uint64_t> ack(Request r, const T& payload, std::span<const int> fds = {}) {
-        if (!msg(r, payload, fds)) return std::nullopt;
-        return reply(r);
-    }
-    std::optional<uint64_t> get(Request r) {
-        if (!send(r, kVersion, nullptr, 0)) return std::nullopt;
-        return reply(r);
-    }
-    /// True when the back-end closed the connection within the timeout (EOF,
-    /// or a reset when it closed with our bytes unread).
-    bool closed_by_peer() {
-        char c;
-        const ssize_t n = ::recv(fd_, &c, 1, 0);
-        return n == 0 || (n < 0 && errno == ECONNRESET);
-    }
-
-private:
-    bool read_all(void* p, std::size_t n) {
-        auto* b = static_cast<char*>(p);
-        while (n != 0) {
-            const ssize_t k = ::recv(fd_, b, n, 0);
-            if (k <= 0) return false;
-            b += k;
-            n -= static_cast<std::size_t>(k);
-        }
-        return true;
-    }
-    int fd_ = -1;
-    bool connected_ = false;
-};
-
-struct OneRegion {
-    uint32_t nregions = 1;
-    uint32_t padding = 0;
-    MemRegion r;
-};
-
-VringState vs(uint32_t i, uint32_t n) { return VringState{i, n}; }
-
-/// The guest side: memory (one memfd), both rings and their doorbells.
-struct Guest {
-    mem::MemoryRegion region = std::move(mem::MemoryRegion::create(kMemBytes, "vu_guest").value());
-    mem::MemoryTable table;
-    ring::SplitRingAddrs addrs[2];
-    std::unique_ptr<ring::SplitDriverQueue> q[2];  // rx, tx
-    notify::EventFd kick[2] = {std::move(notify::EventFd::create().value()),
-                               std::move(notify::EventFd::create().value())};
-    notify::EventFd call[2] = {std::move(notify::EventFd::create().value()),
-                               std::move(notify::EventFd::create().value())};
-
-    Guest() {
-        EXPECT_TRUE(table.add(GuestAddr(kGpa), region.bytes()));
-        for (uint64_t i = 0; i < 2; ++i) {
-            addrs[i] = ring::split_ring_addrs_at(GuestAddr(kGpa + i * kRingArea), kRingSize);
-            ring::DriverQueueConfig c;
-            c.addrs = addrs[i];
-            q[i] = std::move(ring::SplitDriverQueue::create(table, c).value());
-        }
-    }
-    static uint64_t uva(GuestAddr g) { return kUva + (g.value - kGpa); }
-    OneRegion mem_table(uint64_t uva_base = kUva) const {
-        OneRegion t;
-        t.r = MemRegion{kGpa, region.size(), uva_base, 0};
-        return t;
-    }
-    VringAddr vring_addr(uint32_t i) const {
-        VringAddr a;
-        a.index = i;
-        a.desc_user_addr = uva(addrs[i].desc);
-        a.avail_user_addr = uva(addrs[i].avail);
-        a.used_user_addr = uva(addrs[i].used);
-        return a;
-    }
-    std::byte* host(uint64_t gpa) const { return region.host() + (gpa - kGpa); }
-};
 
 /// Device, port pair and server.
 struct Bed {
@@ -244,52 +58,12 @@ struct Bed {
     const SessionStats& st() const { return server->stats(); }
 };
 
-constexpr uint64_t kFeatures =
-    virtio::feature_mask(virtio::VIRTIO_F_VERSION_1) | bit(kFProtocolFeatures);
-
-/// Features and protocol features (REPLY_ACK) negotiated.
-void negotiate(FrontEnd& fe) {
-    const auto offered = fe.get(Request::GetFeatures);
-    ASSERT_TRUE(offered);
-    EXPECT_EQ(*offered & virtio::feature_mask(virtio::VIRTIO_NET_F_CTRL_VQ), 0u);
-    EXPECT_EQ(*offered & virtio::feature_mask(virtio::VIRTIO_NET_F_NOTF_COAL), 0u);
-    ASSERT_NE(*offered & bit(kFProtocolFeatures), 0u);
-    ASSERT_TRUE(fe.msg(Request::SetFeatures, kFeatures, {}, false));
-    const auto proto = fe.get(Request::GetProtocolFeatures);
-    ASSERT_TRUE(proto);
-    EXPECT_EQ(*proto, kBackendProtocolFeatures);
-    ASSERT_TRUE(fe.msg(Request::SetProtocolFeatures, *proto, {}, false));
-    EXPECT_EQ(fe.get(Request::GetQueueNum), 1u);
-}
-
-/// QEMU's order: features, owner, memory, then per vring num, base, addr,
-/// kick, call, enable; every request acked.
-void full_setup(FrontEnd& fe, Guest& g) {
-    negotiate(fe);
-    const int mfd = g.region.fd();
-    ASSERT_EQ(fe.ack(Request::SetMemTable, g.mem_table(), std::span(&mfd, 1)), 0u);
-    for (uint32_t i = 0; i < 2; ++i) {
-        ASSERT_EQ(fe.ack(Request::SetVringNum, vs(i, kRingSize)), 0u);
-        ASSERT_EQ(fe.ack(Request::SetVringBase, vs(i, 0)), 0u);
-        ASSERT_EQ(fe.ack(Request::SetVringAddr, g.vring_addr(i)), 0u);
-        const int k = g.kick[i].fd(), c = g.call[i].fd();
-        ASSERT_EQ(fe.ack(Request::SetVringKick, uint64_t{i}, std::span(&k, 1)), 0u);
-        ASSERT_EQ(fe.ack(Request::SetVringCall, uint64_t{i}, std::span(&c, 1)), 0u);
-        ASSERT_EQ(fe.ack(Request::SetVringEnable, vs(i, 1)), 0u);
-    }
-}
-
 /// One frame each way through the device: guest tx → far end, far end → guest rx.
 void packets_flow(Bed& b, Guest& g, uint64_t seq) {
-    const uint32_t len = kHdr + 60;
-    const uint64_t tx_gpa = kDataGpa + (seq % 64) * 2048;
-    const uint64_t rx_gpa = kDataGpa + 64 * 2048 + (seq % 64) * 2048;
-    std::memset(g.host(tx_gpa), 0, len);
-    std::memcpy(g.host(tx_gpa) + kHdr, &seq, sizeof seq);
-    const ring::Buf out{GuestAddr(tx_gpa), len};
-    ASSERT_EQ(g.q[1]->add(std::span(&out, 1), {}, seq), ring::AddStatus::Ok);
-    g.q[1]->publish();
-    g.kick[1].signal();
+    std::vector<std::byte> frame(60);
+    std::memcpy(frame.data(), &seq, sizeof seq);
+    const uint32_t len = kHdr + static_cast<uint32_t>(frame.size());
+    g.transmit(seq, frame);
     std::vector<std::byte> got(4096);
     uint32_t n = 0;
     ASSERT_TRUE(wait_until([&] {
@@ -306,16 +80,13 @@ void packets_flow(Bed& b, Guest& g, uint64_t seq) {
     ASSERT_TRUE(wait_until([&] { return g.q[1]->get_used(u); }));
     EXPECT_EQ(u.token, seq);
 
-    const ring::Buf in{GuestAddr(rx_gpa), 2048};
-    ASSERT_EQ(g.q[0]->add({}, std::span(&in, 1), seq), ring::AddStatus::Ok);
-    g.q[0]->publish();
-    g.kick[0].signal();
+    g.post_rx(seq);
     const iovec v{got.data(), len};
     ASSERT_EQ(b.far->send(std::span(&v, 1), len), port::SendResult::Sent);
     ASSERT_TRUE(wait_until([&] { return g.q[0]->get_used(u); }));
     EXPECT_EQ(u.token, seq);
     EXPECT_EQ(u.len, len);
-    std::memcpy(&back, g.host(rx_gpa) + kHdr, sizeof back);
+    std::memcpy(&back, g.host(Guest::rx_gpa(seq)) + kHdr, sizeof back);
     EXPECT_EQ(back, seq);
 }
 
@@ -536,7 +307,7 @@ TEST(VhostUserServer, UnsupportedWithoutNeedReplyCloses) {
 TEST(VhostUserServer, MemTableReplacedWhileRunningRestartsRings) {
     Bed b("remap");
     Guest g;
-    const int maps_before = count_maps();
+    const int maps_before = count_maps("vu_guest");
     {
         FrontEnd fe(b.cfg.path);
         full_setup(fe, g);
@@ -559,7 +330,7 @@ TEST(VhostUserServer, MemTableReplacedWhileRunningRestartsRings) {
     }
     // Both tables unmapped once the front-end is gone.
     ASSERT_TRUE(wait_until([&] { return b.st().disconnects.get() == 1; }));
-    EXPECT_EQ(count_maps(), maps_before);
+    EXPECT_EQ(count_maps("vu_guest"), maps_before);
 }
 
 TEST(VhostUserServer, HalfAMessageThenStallIsClosed) {
