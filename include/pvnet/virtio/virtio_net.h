@@ -1,6 +1,7 @@
 // virtio-net wire formats: VIRTIO 1.2 "Network Device" (5.1): the per-packet
 // header, the device configuration layout and the control virtqueue's
-// commands (5.1.6.5 "Control Virtqueue", 5.1.6.5.9 "Notifications Coalescing").
+// commands (5.1.6.5 "Control Virtqueue", 5.1.6.5.5 "Automatic receive steering
+// in multiqueue mode", 5.1.6.5.9 "Notifications Coalescing").
 #pragma once
 
 #include <cstddef>
@@ -37,6 +38,41 @@ static_assert(offsetof(virtio_net_hdr, hdr_len) == 2 && offsetof(virtio_net_hdr,
               offsetof(virtio_net_hdr, csum_offset) == 8 &&
               offsetof(virtio_net_hdr, num_buffers) == 10);
 
+/// With VIRTIO_NET_F_HASH_REPORT the header grows by the hash and its type
+/// (5.1.6 "struct virtio_net_hdr_v1_hash").
+struct virtio_net_hdr_v1_hash {
+    virtio_net_hdr hdr;
+    Le32 hash_value;
+    Le16 hash_report;
+    Le16 padding_reserved;
+};
+static_assert(sizeof(virtio_net_hdr_v1_hash) == 20 &&
+              offsetof(virtio_net_hdr_v1_hash, hash_report) == 16);
+
+/// hash_report values ("Hash reporting for incoming packets").
+inline constexpr uint16_t VIRTIO_NET_HASH_REPORT_NONE = 0;
+inline constexpr uint16_t VIRTIO_NET_HASH_REPORT_IPv4 = 1;
+inline constexpr uint16_t VIRTIO_NET_HASH_REPORT_TCPv4 = 2;
+inline constexpr uint16_t VIRTIO_NET_HASH_REPORT_UDPv4 = 3;
+inline constexpr uint16_t VIRTIO_NET_HASH_REPORT_IPv6 = 4;
+inline constexpr uint16_t VIRTIO_NET_HASH_REPORT_TCPv6 = 5;
+inline constexpr uint16_t VIRTIO_NET_HASH_REPORT_UDPv6 = 6;
+inline constexpr uint16_t VIRTIO_NET_HASH_REPORT_IPv6_EX = 7;
+inline constexpr uint16_t VIRTIO_NET_HASH_REPORT_TCPv6_EX = 8;
+inline constexpr uint16_t VIRTIO_NET_HASH_REPORT_UDPv6_EX = 9;
+
+/// Hash type bits of supported_hash_types and of the RSS/hash commands
+/// ("Hash calculation for incoming packets", "Supported/enabled hash types").
+inline constexpr uint32_t VIRTIO_NET_RSS_HASH_TYPE_IPv4 = 1u << 0;
+inline constexpr uint32_t VIRTIO_NET_RSS_HASH_TYPE_TCPv4 = 1u << 1;
+inline constexpr uint32_t VIRTIO_NET_RSS_HASH_TYPE_UDPv4 = 1u << 2;
+inline constexpr uint32_t VIRTIO_NET_RSS_HASH_TYPE_IPv6 = 1u << 3;
+inline constexpr uint32_t VIRTIO_NET_RSS_HASH_TYPE_TCPv6 = 1u << 4;
+inline constexpr uint32_t VIRTIO_NET_RSS_HASH_TYPE_UDPv6 = 1u << 5;
+inline constexpr uint32_t VIRTIO_NET_RSS_HASH_TYPE_IP_EX = 1u << 6;
+inline constexpr uint32_t VIRTIO_NET_RSS_HASH_TYPE_TCP_EX = 1u << 7;
+inline constexpr uint32_t VIRTIO_NET_RSS_HASH_TYPE_UDP_EX = 1u << 8;
+
 inline constexpr uint16_t VIRTIO_NET_S_LINK_UP = 1;
 
 struct virtio_net_config {
@@ -69,6 +105,19 @@ static_assert(sizeof(virtio_net_ctrl_hdr) == 2 && offsetof(virtio_net_ctrl_hdr, 
 /// The ack byte.
 inline constexpr uint8_t VIRTIO_NET_OK = 0;
 inline constexpr uint8_t VIRTIO_NET_ERR = 1;
+
+/// Multiqueue (5.1.6.5.5): VQ_PAIRS_SET with VIRTIO_NET_F_MQ, RSS_CONFIG with
+/// VIRTIO_NET_F_RSS, HASH_CONFIG with VIRTIO_NET_F_HASH_REPORT.
+inline constexpr uint8_t VIRTIO_NET_CTRL_MQ = 4;
+inline constexpr uint8_t VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET = 0;
+inline constexpr uint8_t VIRTIO_NET_CTRL_MQ_RSS_CONFIG = 1;
+inline constexpr uint8_t VIRTIO_NET_CTRL_MQ_HASH_CONFIG = 2;
+inline constexpr uint16_t VIRTIO_NET_CTRL_MQ_VQ_PAIRS_MIN = 1;
+inline constexpr uint16_t VIRTIO_NET_CTRL_MQ_VQ_PAIRS_MAX = 0x8000;
+/// Linux's limits for the key and the indirection table (the spec asks the
+/// device for at least these, rss_max_key_size / rss_max_indirection_table_length).
+inline constexpr uint8_t VIRTIO_NET_RSS_MAX_KEY_SIZE = 40;
+inline constexpr uint16_t VIRTIO_NET_RSS_MAX_TABLE_LEN = 128;
 
 /// Notifications coalescing (5.1.6.5.9), with VIRTIO_NET_F_NOTF_COAL.
 inline constexpr uint8_t VIRTIO_NET_CTRL_NOTF_COAL = 6;

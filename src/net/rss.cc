@@ -1,0 +1,235 @@
+// RSS (see rss.h). The frame parser reads only through a bounds-checked
+// span: every offset is checked against the bytes present before it is used,
+// and all offset arithmetic is 32-bit over 16-bit fields, so none can wrap.
+#include "pvnet/net/rss.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+namespace pvnet::net {
+
+namespace v = virtio;
+
+namespace {
+
+/// Linux ETH_P_IP, ETH_P_IPV6, ETH_P_8021Q; IPPROTO_* and header sizes.
+constexpr uint16_t kEthPIp = 0x0800;
+constexpr uint16_t kEthPIpv6 = 0x86dd;
+constexpr uint16_t kEthP8021Q = 0x8100;
+constexpr uint32_t kEthHlen = 14;
+constexpr uint32_t kVlanHlen = 4;
+constexpr uint32_t kIpv4MinHdr = 20;
+constexpr uint32_t kIpv6Hdr = 40;
+constexpr uint32_t kTcpMinHdr = 20;
+constexpr uint32_t kUdpHdr = 8;
+constexpr uint8_t kIpprotoHopopts = 0;
+constexpr uint8_t kIpprotoTcp = 6;
+constexpr uint8_t kIpprotoUdp = 17;
+constexpr uint8_t kIpprotoRouting = 43;
+constexpr uint8_t kIpprotoDstopts = 60;
+/// IPv4 frag_off: MF flag and fragment offset (Linux IP_MF | IP_OFFSET).
+constexpr uint16_t kIpMfOffset = 0x3fff;
+/// A bound on the IPv6 extension-header walk: no legitimate packet needs more.
+constexpr int kMaxIpv6ExtHeaders = 8;
+
+uint16_t be16(std::span<const uint8_t> b, uint32_t at) noexcept {
+    return static_cast<uint16_t>((b[at] << 8) | b[at + 1]);
+}
+
+/// The addresses, and where the L4 header sits if there is one to hash.
+struct L3 {
+    bool ipv6 = false;
+    uint32_t addr_at = 0;  ///< offset of the source address (destination follows)
+    uint8_t proto = 0;     ///< IPPROTO_TCP/UDP when an L4 header may follow, else 0
+    uint32_t l4_at = 0;
+    uint32_t l4_len = 0;  ///< bytes from l4_at to the end of the IP packet
+};
+
+/// IPv4 at `at`; false when the header or the length it claims is not there.
+bool parse_ipv4(std::span<const uint8_t> f, uint32_t at, L3& out) noexcept {
+    const auto avail = static_cast<uint32_t>(f.size()) - at;
+    if (avail < kIpv4MinHdr || (f[at] >> 4) != 4) return false;
+    const uint32_t ihl = (f[at] & 0x0fu) * 4u;
+    const uint32_t total = be16(f, at + 2);
+    // Ethernet padding may follow the packet; the packet may not pass the frame.
+    if (ihl < kIpv4MinHdr || total < ihl || total > avail) return false;
+    out.ipv6 = false;
+    out.addr_at = at + 12;
+    // Rule: a fragment hashes on its addresses only (every fragment of a
+    // datagram must land on one queue, and only the first has the ports).
+    if ((be16(f, at + 6) & kIpMfOffset) == 0) {
+        out.proto = f[at + 9];
+        out.l4_at = at + ihl;
+        out.l4_len = total - ihl;
+    }
+    return true;
+}
+
+/// IPv6 at `at`, walking the extension headers that carry no addresses.
+bool parse_ipv6(std::span<const uint8_t> f, uint32_t at, L3& out) noexcept {
+    const auto avail = static_cast<uint32_t>(f.size()) - at;
+    if (avail < kIpv6Hdr || (f[at] >> 4) != 6) return false;
+    const uint32_t end = at + kIpv6Hdr + be16(f, at + 4);
+    if (end > f.size()) return false;
+    out.ipv6 = true;
+    out.addr_at = at + 8;
+    uint8_t next = f[at + 6];
+    uint32_t p = at + kIpv6Hdr;
+    for (int i = 0; i < kMaxIpv6ExtHeaders; ++i) {
+        if (next == kIpprotoTcp || next == kIpprotoUdp) {
+            out.proto = next;
+            out.l4_at = p;
+            out.l4_len = end - p;
+            return true;
+        }
+        // Fragment, AH, ESP, no-next-header, unknown: hash on the addresses.
+        if (next != kIpprotoHopopts && next != kIpprotoRouting && next != kIpprotoDstopts) {
+            return true;
+        }
+        if (end - p < 8) return true;  // the IP packet ends inside it: no L4 header
+        const uint32_t len = (uint32_t{f[p + 1]} + 1) * 8;
+        if (len > end - p) return true;
+        next = f[p];
+        p += len;
+    }
+    return true;
+}
+
+}  // namespace
+
+uint32_t toeplitz_hash(std::span<const uint8_t> key, std::span<const uint8_t> input) noexcept {
+    auto key_byte = [&](std::size_t i) -> uint32_t { return i < key.size() ? key[i] : 0u; };
+    // `window` holds key bits [bit, bit + 32); the next key byte is shifted in
+    // one bit at a time as the input advances.
+    uint32_t window = (key_byte(0) << 24) | (key_byte(1) << 16) | (key_byte(2) << 8) | key_byte(3);
+    uint32_t hash = 0;
+    for (std::size_t i = 0; i < input.size(); ++i) {
+        const uint32_t next = key_byte(i + 4);
+        for (uint32_t bit = 0x80; bit != 0; bit >>= 1) {
+            if ((input[i] & bit) != 0) hash ^= window;
+            window = (window << 1) | ((next & bit) != 0 ? 1u : 0u);
+        }
+    }
+    return hash;
+}
+
+HashInput extract_hash_input(std::span<const uint8_t> frame, uint32_t hash_types) noexcept {
+    HashInput in;
+    if (frame.size() < kEthHlen) return in;
+    uint32_t at = kEthHlen;
+    uint16_t ethertype = be16(frame, 12);
+    if (ethertype == kEthP8021Q) {
+        if (frame.size() < kEthHlen + kVlanHlen) return in;
+        ethertype = be16(frame, 16);
+        at += kVlanHlen;
+    }
+    L3 l3;
+    bool ok = false;
+    if (ethertype == kEthPIp) ok = parse_ipv4(frame, at, l3);
+    if (ethertype == kEthPIpv6) ok = parse_ipv6(frame, at, l3);
+    if (!ok) return in;
+
+    const uint32_t t_ip =
+        l3.ipv6 ? v::VIRTIO_NET_RSS_HASH_TYPE_IPv6 : v::VIRTIO_NET_RSS_HASH_TYPE_IPv4;
+    const uint32_t t_tcp =
+        l3.ipv6 ? v::VIRTIO_NET_RSS_HASH_TYPE_TCPv6 : v::VIRTIO_NET_RSS_HASH_TYPE_TCPv4;
+    const uint32_t t_udp =
+        l3.ipv6 ? v::VIRTIO_NET_RSS_HASH_TYPE_UDPv6 : v::VIRTIO_NET_RSS_HASH_TYPE_UDPv4;
+    const bool has_tcp = l3.proto == kIpprotoTcp && l3.l4_len >= kTcpMinHdr;
+    const bool has_udp = l3.proto == kIpprotoUdp && l3.l4_len >= kUdpHdr;
+    const bool ports =
+        ((hash_types & t_tcp) != 0 && has_tcp) || ((hash_types & t_udp) != 0 && has_udp);
+    if (!ports && (hash_types & t_ip) == 0) return in;
+
+    const uint32_t addr_len = l3.ipv6 ? 32 : 8;
+    std::memcpy(in.bytes.data(), frame.data() + l3.addr_at, addr_len);
+    in.len = static_cast<uint8_t>(addr_len);
+    if (ports) {
+        std::memcpy(in.bytes.data() + addr_len, frame.data() + l3.l4_at, 4);
+        in.len = static_cast<uint8_t>(addr_len + 4);
+        in.hash_report =
+            has_tcp ? (l3.ipv6 ? v::VIRTIO_NET_HASH_REPORT_TCPv6 : v::VIRTIO_NET_HASH_REPORT_TCPv4)
+                    : (l3.ipv6 ? v::VIRTIO_NET_HASH_REPORT_UDPv6 : v::VIRTIO_NET_HASH_REPORT_UDPv4);
+    } else {
+        in.hash_report = l3.ipv6 ? v::VIRTIO_NET_HASH_REPORT_IPv6 : v::VIRTIO_NET_HASH_REPORT_IPv4;
+    }
+    return in;
+}
+
+std::string_view to_string(RssError e) noexcept {
+    switch (e) {
+        case RssError::DataTooShort:
+            return "RSS config shorter than its fields, table and key";
+        case RssError::TrailingBytes:
+            return "RSS config has bytes after the key";
+        case RssError::UnsupportedHashType:
+            return "RSS hash_types has a bit the device does not support";
+        case RssError::TableLengthNotPowerOfTwo:
+            return "RSS indirection table length is not a power of two";
+        case RssError::TableTooLong:
+            return "RSS indirection table longer than 128 entries";
+        case RssError::TableQueueOutOfRange:
+            return "RSS indirection table entry names a queue the device does not have";
+        case RssError::UnclassifiedOutOfRange:
+            return "RSS unclassified_queue names a queue the device does not have";
+        case RssError::MaxTxVqOutOfRange:
+            return "RSS max_tx_vq is 0 or above the queue pairs";
+        case RssError::KeyTooLong:
+            return "RSS hash key longer than 40 bytes";
+        case RssError::KeyMissing:
+            return "RSS hash types enabled without a key";
+        case RssError::Count:
+            break;
+    }
+    return "unknown RssError";
+}
+
+Result<RssConfig, RssError> parse_rss_config(std::span<const uint8_t> d,
+                                             uint16_t max_pairs) noexcept {
+    auto le16 = [&](uint32_t at) { return static_cast<uint16_t>(d[at] | (d[at + 1] << 8)); };
+    // le32 hash_types, le16 indirection_table_mask, le16 unclassified_queue.
+    constexpr uint32_t kHead = 8;
+    if (d.size() < kHead) return unexpected(RssError::DataTooShort);
+    RssConfig cfg;
+    cfg.hash_types = uint32_t{le16(0)} | (uint32_t{le16(2)} << 16);
+    const uint32_t table_len = uint32_t{le16(4)} + 1;
+    cfg.unclassified_queue = le16(6);
+    if ((cfg.hash_types & ~kRssSupportedHashTypes) != 0) {
+        return unexpected(RssError::UnsupportedHashType);
+    }
+    if (!std::has_single_bit(table_len)) return unexpected(RssError::TableLengthNotPowerOfTwo);
+    if (table_len > v::VIRTIO_NET_RSS_MAX_TABLE_LEN) return unexpected(RssError::TableTooLong);
+    // The table, le16 max_tx_vq, u8 hash_key_length.
+    const uint32_t key_at = kHead + table_len * 2 + 3;
+    if (d.size() < key_at) return unexpected(RssError::DataTooShort);
+    cfg.table_len = static_cast<uint16_t>(table_len);
+    for (uint32_t i = 0; i < table_len; ++i) {
+        cfg.table[i] = le16(kHead + i * 2);
+        if (cfg.table[i] >= max_pairs) return unexpected(RssError::TableQueueOutOfRange);
+    }
+    if (cfg.unclassified_queue >= max_pairs) return unexpected(RssError::UnclassifiedOutOfRange);
+    cfg.max_tx_vq = le16(key_at - 3);
+    if (cfg.max_tx_vq == 0 || cfg.max_tx_vq > max_pairs) {
+        return unexpected(RssError::MaxTxVqOutOfRange);
+    }
+    const uint8_t key_len = d[key_at - 1];
+    if (key_len > v::VIRTIO_NET_RSS_MAX_KEY_SIZE) return unexpected(RssError::KeyTooLong);
+    if (d.size() < key_at + key_len) return unexpected(RssError::DataTooShort);
+    if (d.size() > key_at + key_len) return unexpected(RssError::TrailingBytes);
+    // Rule (QEMU's): hashing with no key would send every flow to table[0].
+    if (key_len == 0 && cfg.hash_types != 0) return unexpected(RssError::KeyMissing);
+    cfg.key_len = key_len;
+    std::copy_n(d.begin() + key_at, key_len, cfg.key.begin());
+    return cfg;
+}
+
+RxSteering select_rx_queue(const RssConfig& cfg, std::span<const uint8_t> frame) noexcept {
+    const HashInput in = extract_hash_input(frame, cfg.hash_types);
+    if (in.hash_report == v::VIRTIO_NET_HASH_REPORT_NONE)
+        return {cfg.unclassified_queue, 0, in.hash_report};
+    const uint32_t hash = toeplitz_hash({cfg.key.data(), cfg.key_len}, in.span());
+    return {cfg.table[hash & (cfg.table_len - 1u)], hash, in.hash_report};
+}
+
+}  // namespace pvnet::net
