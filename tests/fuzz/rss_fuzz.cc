@@ -1,0 +1,110 @@
+// Fuzz target: net::parse_rss_config, net::extract_hash_input and
+// net::select_rx_queue (STYLE.md §11).
+//
+// Input: le16 queue pairs (1 + value % 0x8000), le32 hash types for the
+// extractor alone, le16 split, then bytes: the first `split` are the
+// RSS_CONFIG command data, the rest an Ethernet frame. Invariants: an
+// accepted config obeys every limit and re-encodes to exactly its input; the
+// hash input has the length and type its report names, of an enabled type;
+// the selected queue is one the device has, the unclassified one without a
+// hash.
+#include <cstring>
+#include <vector>
+
+#include "fuzz_support.h"
+#include "pvnet/net/rss.h"
+
+namespace pvnet::fuzz {
+namespace {
+
+namespace v = virtio;
+
+void check_config(const net::RssConfig& c, std::span<const uint8_t> data, uint16_t pairs) {
+    check((c.hash_types & ~net::kRssSupportedHashTypes) == 0);
+    check(c.table_len >= 1 && c.table_len <= v::VIRTIO_NET_RSS_MAX_TABLE_LEN);
+    check((c.table_len & (c.table_len - 1)) == 0);
+    for (uint16_t i = 0; i < c.table_len; ++i) check(c.table[i] < pairs);
+    check(c.unclassified_queue < pairs);
+    check(c.max_tx_vq >= 1 && c.max_tx_vq <= pairs);
+    check(c.key_len <= v::VIRTIO_NET_RSS_MAX_KEY_SIZE);
+    check(c.key_len > 0 || c.hash_types == 0);
+    for (std::size_t i = c.key_len; i < c.key.size(); ++i) check(c.key[i] == 0);
+    std::vector<uint8_t> e;
+    auto le16 = [&](uint32_t x) {
+        e.push_back(static_cast<uint8_t>(x));
+        e.push_back(static_cast<uint8_t>(x >> 8));
+    };
+    le16(c.hash_types & 0xffff);
+    le16(c.hash_types >> 16);
+    le16(c.table_len - 1u);
+    le16(c.unclassified_queue);
+    for (uint16_t i = 0; i < c.table_len; ++i) le16(c.table[i]);
+    le16(c.max_tx_vq);
+    e.push_back(c.key_len);
+    e.insert(e.end(), c.key.begin(), c.key.begin() + c.key_len);
+    check(e.size() == data.size() && std::memcmp(e.data(), data.data(), e.size()) == 0);
+}
+
+void check_input(const net::HashInput& in, uint32_t types) {
+    struct Kind {
+        uint16_t report;
+        uint8_t len;
+        uint32_t type;
+    };
+    static constexpr Kind kKinds[] = {
+        {v::VIRTIO_NET_HASH_REPORT_IPv4, 8, v::VIRTIO_NET_RSS_HASH_TYPE_IPv4},
+        {v::VIRTIO_NET_HASH_REPORT_TCPv4, 12, v::VIRTIO_NET_RSS_HASH_TYPE_TCPv4},
+        {v::VIRTIO_NET_HASH_REPORT_UDPv4, 12, v::VIRTIO_NET_RSS_HASH_TYPE_UDPv4},
+        {v::VIRTIO_NET_HASH_REPORT_IPv6, 32, v::VIRTIO_NET_RSS_HASH_TYPE_IPv6},
+        {v::VIRTIO_NET_HASH_REPORT_TCPv6, 36, v::VIRTIO_NET_RSS_HASH_TYPE_TCPv6},
+        {v::VIRTIO_NET_HASH_REPORT_UDPv6, 36, v::VIRTIO_NET_RSS_HASH_TYPE_UDPv6},
+    };
+    if (in.hash_report == v::VIRTIO_NET_HASH_REPORT_NONE) {
+        check(in.len == 0);
+        return;
+    }
+    for (const Kind& k : kKinds) {
+        if (k.report != in.hash_report) continue;
+        check(in.len == k.len && (types & k.type) != 0);
+        return;
+    }
+    fail();
+}
+
+}  // namespace
+}  // namespace pvnet::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    using namespace pvnet::fuzz;
+    namespace net = pvnet::net;
+    Reader in(data, size);
+    const auto pairs = static_cast<uint16_t>(1 + in.u16() % 0x8000);
+    const uint32_t types = in.u32();
+    const uint16_t split = in.u16();
+    // Exact-size copies: a read past either end is an ASan report.
+    std::vector<uint8_t> rest;
+    while (!in.empty()) rest.push_back(in.u8());
+    const std::size_t cut = std::min<std::size_t>(split, rest.size());
+    const std::vector<uint8_t> ctrl(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(cut));
+    const std::vector<uint8_t> frame(rest.begin() + static_cast<std::ptrdiff_t>(cut), rest.end());
+
+    check_input(net::extract_hash_input(frame, types), types);
+
+    const auto cfg = net::parse_rss_config(ctrl, pairs);
+    if (!cfg) {
+        check(cfg.error() < net::RssError::Count);
+        return 0;
+    }
+    check_config(cfg.value(), ctrl, pairs);
+    const net::RxSteering s = net::select_rx_queue(cfg.value(), frame);
+    check(s.queue < pairs);
+    const net::HashInput hi = net::extract_hash_input(frame, cfg.value().hash_types);
+    check_input(hi, cfg.value().hash_types);
+    check(s.hash_report == hi.hash_report);
+    if (s.hash_report == pvnet::virtio::VIRTIO_NET_HASH_REPORT_NONE) {
+        check(s.queue == cfg.value().unclassified_queue && s.hash == 0);
+    } else {
+        check(s.queue == cfg.value().table[s.hash & (cfg.value().table_len - 1u)]);
+    }
+    return 0;
+}
