@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "pvnet/util/counters.h"
 
@@ -67,6 +68,11 @@ public:
     }
     const FlowStats& stats() const noexcept { return stats_; }
 
+    /// The rx queue this flow's traffic last arrived on (sk_rx_queue_mapping,
+    /// read by XPS's rxqs map; an application sees it as SO_INCOMING_NAPI_ID).
+    void record_rx_queue(uint16_t q) noexcept { rx_queue_ = q; }
+    std::optional<uint16_t> rx_queue() const noexcept { return rx_queue_; }
+
 private:
     uint32_t sndbuf_bytes_;
     SndbufRelease release_;
@@ -75,6 +81,7 @@ private:
     bool stalled_ = false;
     uint64_t stall_start_ns_ = 0;
     FlowStats stats_;
+    std::optional<uint16_t> rx_queue_;
 };
 
 }  // namespace pvnet::frontend
