@@ -7,6 +7,8 @@
 #include <bit>
 #include <cstring>
 
+#include "pvnet/net/proto.h"
+
 namespace pvnet::net {
 
 namespace v = virtio;
@@ -19,10 +21,6 @@ constexpr uint16_t kEthPIpv6 = 0x86dd;
 constexpr uint16_t kEthP8021Q = 0x8100;
 constexpr uint32_t kEthHlen = 14;
 constexpr uint32_t kVlanHlen = 4;
-constexpr uint32_t kIpv4MinHdr = 20;
-constexpr uint32_t kIpv6Hdr = 40;
-constexpr uint32_t kTcpMinHdr = 20;
-constexpr uint32_t kUdpHdr = 8;
 constexpr uint8_t kIpprotoHopopts = 0;
 constexpr uint8_t kIpprotoTcp = 6;
 constexpr uint8_t kIpprotoUdp = 17;
@@ -49,11 +47,11 @@ struct L3 {
 /// IPv4 at `at`; false when the header or the length it claims is not there.
 bool parse_ipv4(std::span<const uint8_t> f, uint32_t at, L3& out) noexcept {
     const auto avail = static_cast<uint32_t>(f.size()) - at;
-    if (avail < kIpv4MinHdr || (f[at] >> 4) != 4) return false;
+    if (avail < kIpv4HdrBytes || (f[at] >> 4) != 4) return false;
     const uint32_t ihl = (f[at] & 0x0fu) * 4u;
     const uint32_t total = be16(f, at + 2);
     // Ethernet padding may follow the packet; the packet may not pass the frame.
-    if (ihl < kIpv4MinHdr || total < ihl || total > avail) return false;
+    if (ihl < kIpv4HdrBytes || total < ihl || total > avail) return false;
     out.ipv6 = false;
     out.addr_at = at + 12;
     // Rule: a fragment hashes on its addresses only (every fragment of a
@@ -69,13 +67,13 @@ bool parse_ipv4(std::span<const uint8_t> f, uint32_t at, L3& out) noexcept {
 /// IPv6 at `at`, walking the extension headers that carry no addresses.
 bool parse_ipv6(std::span<const uint8_t> f, uint32_t at, L3& out) noexcept {
     const auto avail = static_cast<uint32_t>(f.size()) - at;
-    if (avail < kIpv6Hdr || (f[at] >> 4) != 6) return false;
-    const uint32_t end = at + kIpv6Hdr + be16(f, at + 4);
+    if (avail < kIpv6HdrBytes || (f[at] >> 4) != 6) return false;
+    const uint32_t end = at + kIpv6HdrBytes + be16(f, at + 4);
     if (end > f.size()) return false;
     out.ipv6 = true;
     out.addr_at = at + 8;
     uint8_t next = f[at + 6];
-    uint32_t p = at + kIpv6Hdr;
+    uint32_t p = at + kIpv6HdrBytes;
     for (int i = 0; i < kMaxIpv6ExtHeaders; ++i) {
         if (next == kIpprotoTcp || next == kIpprotoUdp) {
             out.proto = next;
@@ -136,8 +134,8 @@ HashInput extract_hash_input(std::span<const uint8_t> frame, uint32_t hash_types
         l3.ipv6 ? v::VIRTIO_NET_RSS_HASH_TYPE_TCPv6 : v::VIRTIO_NET_RSS_HASH_TYPE_TCPv4;
     const uint32_t t_udp =
         l3.ipv6 ? v::VIRTIO_NET_RSS_HASH_TYPE_UDPv6 : v::VIRTIO_NET_RSS_HASH_TYPE_UDPv4;
-    const bool has_tcp = l3.proto == kIpprotoTcp && l3.l4_len >= kTcpMinHdr;
-    const bool has_udp = l3.proto == kIpprotoUdp && l3.l4_len >= kUdpHdr;
+    const bool has_tcp = l3.proto == kIpprotoTcp && l3.l4_len >= kTcpHdrBytes;
+    const bool has_udp = l3.proto == kIpprotoUdp && l3.l4_len >= kUdpHdrBytes;
     const bool ports =
         ((hash_types & t_tcp) != 0 && has_tcp) || ((hash_types & t_udp) != 0 && has_udp);
     if (!ports && (hash_types & t_ip) == 0) return in;

@@ -7,18 +7,15 @@
 
 #include <algorithm>
 
+#include "pvnet/net/proto.h"
+
 namespace pvnet::net {
 
 namespace v = virtio;
 
 namespace {
 
-/// Linux sizeof(struct iphdr), sizeof(struct ipv6hdr), sizeof(struct tcphdr),
-/// sizeof(struct udphdr), offsetof(tcphdr, check), offsetof(udphdr, check).
-constexpr uint32_t kIpv4HdrBytes = 20;
-constexpr uint32_t kIpv6HdrBytes = 40;
-constexpr uint32_t kTcpHdrBytes = 20;
-constexpr uint32_t kUdpHdrBytes = 8;
+/// Linux offsetof(tcphdr, check), offsetof(udphdr, check).
 constexpr uint32_t kTcpCheckOffset = 16;
 constexpr uint32_t kUdpCheckOffset = 6;
 
