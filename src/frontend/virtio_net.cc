@@ -3,6 +3,10 @@
 // send_queue.cc, control commands in ctrl.cc.
 #include "pvnet/frontend/virtio_net.h"
 
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <new>
 #include <utility>
 
@@ -100,6 +104,12 @@ Result<std::unique_ptr<VirtioNet>, FrontendError> VirtioNet::create(
         if (!qp) return unexpected(qp.error());
         d->pairs_.push_back(std::move(*qp));
     }
+    const long cpus = sysconf(_SC_NPROCESSORS_CONF);
+    d->xps_.reset(new (std::nothrow) Xps(
+        cfg.queue_pairs, cfg.queue_pairs,
+        static_cast<uint16_t>(std::clamp<long>(cpus, 1, kXpsMaxBits))));
+    if (!d->xps_) return unexpected(FrontendError::AreaTooSmall);
+    d->xps_->virtnet_set_affinity(cfg.queue_pairs);
     if (!cfg.ctrl_vq) return d;
 
     // The control ring, then its command page, after the last pair.
@@ -119,6 +129,11 @@ Result<std::unique_ptr<VirtioNet>, FrontendError> VirtioNet::create(
     d->ctrl_fds_ = ctrl_fds;
     d->ctrl_timeout_us_ = cfg.ctrl_timeout_us;
     return d;
+}
+
+XpsPick VirtioNet::pick_tx(const Flow& flow, uint32_t hash) const noexcept {
+    const int cpu = sched_getcpu();
+    return xps_->pick(flow.rx_queue(), cpu < 0 ? 0u : static_cast<unsigned>(cpu), hash);
 }
 
 }  // namespace pvnet::frontend

@@ -1,5 +1,6 @@
 #include "pvnet/frontend/xps.h"
 
+#include <algorithm>
 #include <cctype>
 
 namespace pvnet::frontend {
@@ -129,6 +130,29 @@ void Xps::symmetric(uint16_t n) {
         if (t < n && t < num_rxq_) m->rxqs[t].bits.set(t);
     }
     publish(std::move(m));
+}
+
+std::vector<unsigned> Xps::virtnet_set_affinity(uint16_t pairs) {
+    std::vector<unsigned> irq_cpu;
+    if (pairs == 0 || num_cpus_ == 0) return irq_cpu;
+    pairs = std::min(pairs, num_txq_);
+    const unsigned stride = std::max(1u, unsigned{num_cpus_} / pairs);
+    const unsigned stragglers = num_cpus_ >= pairs ? num_cpus_ % pairs : 0;
+    std::lock_guard lock(mutex_);
+    auto m = std::make_unique<Map>(*map_.load(std::memory_order_relaxed));
+    unsigned cpu = 0;
+    for (uint16_t q = 0; q < num_txq_; ++q) {
+        m->cpus[q].bits.reset();
+        if (q >= pairs) continue;
+        irq_cpu.push_back(cpu);
+        const unsigned group = stride + (q < stragglers ? 1 : 0);
+        for (unsigned j = 0; j < group; ++j) {
+            m->cpus[q].bits.set(cpu);
+            cpu = (cpu + 1) % num_cpus_;
+        }
+    }
+    publish(std::move(m));
+    return irq_cpu;
 }
 
 // get_xps_queue: the rx-queue map first (if the socket has sk_rx_queue_mapping),

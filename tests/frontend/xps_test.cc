@@ -109,6 +109,36 @@ TEST(Xps, SymmetricAndBadSet) {
     EXPECT_TRUE(x.set_rxqs(4, "1"));  // no tx queue 4
 }
 
+// virtnet_set_affinity's groups: 5 CPUs over 2 queues → {0,1,2} and {3,4};
+// 2 CPUs over 4 queues wrap; queues beyond `pairs` get no CPU.
+TEST(Xps, VirtnetAffinityGroupsCpus) {
+    Xps x(2, 2, 5);
+    EXPECT_EQ(x.virtnet_set_affinity(2), (std::vector<unsigned>{0, 3}));
+    for (unsigned c = 0; c < 5; ++c) {
+        const auto p = x.pick(std::nullopt, c, 0);
+        EXPECT_EQ(p.rule, XpsRule::Cpus);
+        EXPECT_EQ(p.txq, c < 3 ? 0 : 1) << "cpu " << c;
+    }
+    Xps w(4, 4, 2);
+    EXPECT_EQ(w.virtnet_set_affinity(4), (std::vector<unsigned>{0, 1, 0, 1}));
+    // cpu 0 is in queues 0 and 2: the hash picks between them.
+    EXPECT_EQ(w.pick(std::nullopt, 0, 0x10000000).txq, 0);
+    EXPECT_EQ(w.pick(std::nullopt, 0, 0xf0000000).txq, 2);
+    EXPECT_EQ(w.virtnet_set_affinity(1), (std::vector<unsigned>{0}));
+    EXPECT_EQ(w.pick(std::nullopt, 1, 0xf0000000).txq, 0);
+}
+
+TEST(Xps, ThreadStatsCountRuleAndMismatch) {
+    XpsThreadStats st(2);
+    st.record({1, XpsRule::Cpus}, 0);
+    st.record({0, XpsRule::Rxqs}, 0);
+    st.record({1, XpsRule::Hash}, std::nullopt);
+    EXPECT_EQ(st.txq_used[0].get(), 1u);
+    EXPECT_EQ(st.txq_used[1].get(), 2u);
+    EXPECT_EQ(st.by_rule[static_cast<std::size_t>(XpsRule::Cpus)].get(), 1u);
+    EXPECT_EQ(st.rxq_mismatch.get(), 1u);  // only the first: rx 0, tx 1
+}
+
 TEST(Flow, RecordsRxQueue) {
     Flow f(1000);
     EXPECT_FALSE(f.rx_queue());

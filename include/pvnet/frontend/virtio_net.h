@@ -29,6 +29,7 @@
 #include "pvnet/frontend/flow.h"
 #include "pvnet/frontend/receive_queue.h"
 #include "pvnet/frontend/send_queue.h"
+#include "pvnet/frontend/xps.h"
 #include "pvnet/mem/guest_addr.h"
 #include "pvnet/mem/memory_table.h"
 #include "pvnet/notify/coalescer.h"
@@ -170,6 +171,15 @@ public:
     QueuePair& queue_pair(uint16_t i) noexcept { return *pairs_[i]; }
     const QueuePair& queue_pair(uint16_t i) const noexcept { return *pairs_[i]; }
 
+    /// Transmit steering over the queue pairs (sysfs xps_rxqs / xps_cpus),
+    /// set up at create as virtio_net's probe does (virtnet_set_affinity):
+    /// each queue's CPU group in xps_cpus, xps_rxqs empty.
+    Xps& xps() noexcept { return *xps_; }
+    const Xps& xps() const noexcept { return *xps_; }
+    /// netdev_pick_tx for a packet of `flow` with flow hash `hash`, sent
+    /// from the calling thread's CPU.
+    XpsPick pick_tx(const Flow& flow, uint32_t hash) const noexcept;
+
     /// The control virtqueue, if cfg.ctrl_vq (null otherwise).
     const ring::SplitDriverQueue* ctrl_queue() const noexcept { return ctrl_.get(); }
     /// Where the control ring is, for the device (meaningful with ctrl_vq).
@@ -193,6 +203,7 @@ private:
                                            std::span<const std::byte> data) noexcept;
 
     std::vector<std::unique_ptr<QueuePair>> pairs_;
+    std::unique_ptr<Xps> xps_;
     uint32_t ctrl_timeout_us_ = 0;
     notify::QueueFds ctrl_fds_;
     ring::SplitRingAddrs ctrl_addrs_;

@@ -1,9 +1,10 @@
 // XPS (transmit packet steering) as the Linux stack decides it: per tx queue
 // an rx-queue mask (xps_rxqs) and a CPU mask (xps_cpus), and the selection in
 // net/core/dev.c's order (get_xps_queue: rxqs first, then cpus; else
-// skb_tx_hash). A library piece: not yet wired into the send path.
+// skb_tx_hash). VirtioNet owns one per device (VirtioNet::xps, pick_tx).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <bitset>
 #include <cstdint>
@@ -13,6 +14,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "pvnet/util/counters.h"
 
 namespace pvnet::frontend {
 
@@ -39,6 +42,22 @@ struct XpsPick {
     XpsRule rule;
 };
 
+/// One sending thread's XPS outcomes (the seed's per-thread view): the tx
+/// queues it used, the rule that decided, and how often a flow with a
+/// recorded rx queue left on another queue.
+struct XpsThreadStats {
+    explicit XpsThreadStats(uint16_t num_txq) : txq_used(num_txq) {}
+    std::vector<Counter> txq_used;
+    std::array<Counter, 3> by_rule;  ///< indexed by XpsRule
+    Counter rxq_mismatch;
+
+    void record(XpsPick p, std::optional<uint16_t> rx_queue) noexcept {
+        if (p.txq < txq_used.size()) txq_used[p.txq].add();
+        by_rule[static_cast<std::size_t>(p.rule)].add();
+        if (rx_queue && *rx_queue != p.txq) rxq_mismatch.add();
+    }
+};
+
 class Xps {
 public:
     Xps(uint16_t num_txq, uint16_t num_rxq, uint16_t num_cpus);
@@ -51,6 +70,12 @@ public:
     std::optional<std::string> set_cpus(uint16_t txq, std::string_view mask);
     /// rx queue i → tx queue i for i < min(n, queues).
     void symmetric(uint16_t n);
+    /// virtio_net's virtnet_set_affinity for `pairs` queue pairs in use: the
+    /// CPUs split into consecutive groups, one per queue (the first
+    /// num_cpus % pairs queues one CPU more; fewer CPUs than queues wrap), set
+    /// as each tx queue's xps_cpus. Returns each queue's first CPU: where its
+    /// interrupt (and so its NAPI) goes.
+    std::vector<unsigned> virtnet_set_affinity(uint16_t pairs);
 
     /// netdev_pick_tx: `rx_queue` is the flow's recorded rx queue (if any),
     /// `cpu` the sending CPU, `hash` the flow hash. Wait-free, no allocation.
