@@ -8,13 +8,13 @@
 
 namespace pvnet::backend {
 
-bool NetDevice::busy_poll() noexcept {
+bool NetDevice::busy_poll(Worker& w) noexcept {
     if (opt_.busyloop_usecs == 0) return false;
     uint64_t end = now_ns() + uint64_t{opt_.busyloop_usecs} * 1000u;
     // A pending coalescing deadline ends the spin early: its timer fd is
     // only seen by the epoll wait. (One the direct path arms meanwhile
     // waits for the spin's end, at most busyloop_usecs.)
-    for (auto& p : pairs_) {
+    for (Pair* p : w.pairs) {
         uint64_t tx_deadline = 0;
         {
             const std::lock_guard<std::mutex> lock(p->tx_mu);
@@ -28,7 +28,7 @@ bool NetDevice::busy_poll() noexcept {
     // the next epoll wait, never lost.
     for (;;) {
         bool found = false;
-        for (auto& pp : pairs_) {
+        for (Pair* pp : w.pairs) {
             Pair& p = *pp;
             // One acquire load of avail.idx per ring (pending()), and the port.
             // tx: while the direct path holds tx_mu the ring is being served
@@ -41,21 +41,21 @@ bool NetDevice::busy_poll() noexcept {
             if (rx_ready(p) && port_rx_pending(p)) p.pending |= kRxWork;
             found = found || p.pending != 0;
         }
-        if (ctrl_ && ctrl_->pending() != 0) ctrl_pending_ = true;
-        if (found || ctrl_pending_) {
-            dstats_.busy_poll_hits.add();
+        if (w.index == 0 && ctrl_ && ctrl_->pending() != 0) ctrl_pending_ = true;
+        if (found || (w.index == 0 && ctrl_pending_)) {
+            count(dstats_.busy_poll_hits);
             return true;
         }
         // Stop, control calls and messages are served by the loop, not after the budget.
         if (stop_.load(std::memory_order_relaxed) ||
             ctl_waiting_.load(std::memory_order_relaxed) != 0 ||
-            coalesce_msg_.epoch.load(std::memory_order_relaxed) != coalesce_epoch_) {
+            coalesce_msg_.epoch.load(std::memory_order_relaxed) != w.coalesce_epoch) {
             return false;
         }
         if (now_ns() >= end) break;
         cpu_relax();
     }
-    dstats_.busy_poll_misses.add();
+    count(dstats_.busy_poll_misses);
     return false;
 }
 

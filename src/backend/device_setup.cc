@@ -3,6 +3,7 @@
 // last_avail_idx) and reset, as Linux's vhost_dev_ioctl / vhost_vring_ioctl
 // apply them and vhost-user's backend does per message. Every call runs
 // between two worker rounds (lock_control); none is applied in part.
+#include <algorithm>
 #include <cstdio>
 #include <new>
 
@@ -30,16 +31,27 @@ NetDevice::~NetDevice() = default;
 
 Status<DeviceError> NetDevice::init(std::span<const PortFds> ports,
                                     std::span<const uint32_t> max_frames) noexcept {
-    auto wake = notify::EventFd::create();
-    auto ep = notify::Epoll::create();
-    if (!wake || !ep) return unexpected(DeviceError::System);
-    wake_.emplace(std::move(*wake));
-    epoll_.emplace(std::move(*ep));
-    if (!epoll_->add(wake_->fd(), tag(0, kTagWake))) return unexpected(DeviceError::System);
+    const std::size_t nworkers =
+        opt_.workers == 0 ? ports.size() : std::min<std::size_t>(opt_.workers, ports.size());
+    for (std::size_t w = 0; w < nworkers; ++w) {
+        std::unique_ptr<Worker> wk(new (std::nothrow) Worker);
+        if (!wk) return unexpected(DeviceError::NoMemory);
+        wk->index = static_cast<uint16_t>(w);
+        auto wake = notify::EventFd::create();
+        auto ep = notify::Epoll::create();
+        if (!wake || !ep) return unexpected(DeviceError::System);
+        wk->wake.emplace(std::move(*wake));
+        wk->epoll.emplace(std::move(*ep));
+        if (!wk->epoll->add(wk->wake->fd(), tag(wk->index, kTagWake))) {
+            return unexpected(DeviceError::System);
+        }
+        workers_.push_back(std::move(wk));
+    }
     for (std::size_t i = 0; i < ports.size(); ++i) {
         std::unique_ptr<Pair> p(new (std::nothrow) Pair);
         if (!p) return unexpected(DeviceError::NoMemory);
         p->index = static_cast<uint16_t>(i);
+        p->worker = static_cast<uint16_t>(i % nworkers);
         p->rx_chain.reset(new (std::nothrow) ring::DescChain);
         p->tx_chain.reset(new (std::nothrow) ring::DescChain);
         if (!p->rx_chain || !p->tx_chain) return unexpected(DeviceError::NoMemory);
@@ -60,32 +72,54 @@ Status<DeviceError> NetDevice::init(std::span<const PortFds> ports,
         p->port = ports[i];
         if (i < max_frames.size() && max_frames[i] != 0) p->rx_max_frame = kHdrBytes + max_frames[i];
         const uint16_t pi = p->index;
-        if (!epoll_->add(p->rx.co->timer_fd(), tag(pi, kTagRxTimer)) ||
-            !epoll_->add(p->tx.co->timer_fd(), tag(pi, kTagTxTimer))) {
+        notify::Epoll& ep = *workers_[p->worker]->epoll;
+        if (!ep.add(p->rx.co->timer_fd(), tag(pi, kTagRxTimer)) ||
+            !ep.add(p->tx.co->timer_fd(), tag(pi, kTagTxTimer))) {
             return unexpected(DeviceError::System);
         }
+        workers_[p->worker]->pairs.push_back(p.get());
         pairs_.push_back(std::move(p));
     }
-    round_work_.assign(pairs_.size(), 0);
+    for (auto& w : workers_) w->round_work.assign(w->pairs.size(), 0);
     return {};
 }
 
-std::unique_lock<std::mutex> NetDevice::lock_control() noexcept {
-    // The worker looks at ctl_waiting_ between rounds and steps aside; the
-    // wake gets it out of a sleep that would otherwise last up to 100 ms.
+NetDevice::ControlLock NetDevice::lock_control() noexcept {
+    // The workers look at ctl_waiting_ between rounds and step aside; the
+    // wake gets each out of a sleep that would otherwise last up to 100 ms.
     ctl_waiting_.fetch_add(1, std::memory_order_relaxed);
-    if (wake_) wake_->signal();
-    std::unique_lock<std::mutex> lock(dev_mu_);
+    for (auto& w : workers_) w->wake->signal();
+    ControlLock locks;
+    locks.reserve(workers_.size());
+    for (auto& w : workers_) locks.emplace_back(w->mu);
     ctl_waiting_.fetch_sub(1, std::memory_order_relaxed);
     dstats_.control_ops.add();
+    return locks;
+}
+
+NetDevice::ControlLock NetDevice::lock_query() const noexcept {
+    ctl_waiting_.fetch_add(1, std::memory_order_relaxed);
+    ControlLock locks;
+    locks.reserve(workers_.size());
+    for (const auto& w : workers_) locks.emplace_back(w->mu);
+    ctl_waiting_.fetch_sub(1, std::memory_order_relaxed);
+    return locks;
+}
+
+std::unique_lock<std::mutex> NetDevice::lock_worker(Worker& w) noexcept {
+    ctl_waiting_.fetch_add(1, std::memory_order_relaxed);
+    w.wake->signal();
+    std::unique_lock<std::mutex> lock(w.mu);
+    ctl_waiting_.fetch_sub(1, std::memory_order_relaxed);
     return lock;
 }
 
-std::unique_lock<std::mutex> NetDevice::lock_query() const noexcept {
-    ctl_waiting_.fetch_add(1, std::memory_order_relaxed);
-    std::unique_lock<std::mutex> lock(dev_mu_);
-    ctl_waiting_.fetch_sub(1, std::memory_order_relaxed);
-    return lock;
+NetDevice::Worker& NetDevice::worker_of_tag(uint32_t t) noexcept {
+    const uint32_t kind = t & ((1u << kTagShift) - 1u);
+    const uint32_t i = t >> kTagShift;
+    if (kind == kTagWake) return *workers_[i];
+    if (kind == kTagCtrlKick || i >= pairs_.size()) return *workers_[0];
+    return *workers_[pairs_[i]->worker];
 }
 
 NetDevice::Vring* NetDevice::vring_at(uint16_t i) noexcept {
@@ -227,7 +261,7 @@ Status<DeviceError> NetDevice::start_locked(uint16_t i) noexcept {
     sync_port_watch(p);
     // Chains may have been added while the ring was stopped: a running
     // worker looks at once (a new one looks at every ring when it starts).
-    if (thread_.joinable()) p.pending |= is_tx ? kTxWork : kRxWork;
+    if (workers_[p.worker]->thread.joinable()) p.pending |= is_tx ? kTxWork : kRxWork;
     return {};
 }
 
@@ -239,7 +273,9 @@ void NetDevice::stop_data_vring(Pair& p, Vring& v, bool is_tx) noexcept {
         (void)v.co->set(v.co->params());
         raise(v);
     }
-    if (v.setup.kick != nullptr && !v.reported) epoll_forget(v.setup.kick->fd());
+    if (v.setup.kick != nullptr && !v.reported) {
+        epoll_forget(v.setup.kick->fd(), tag(p.index, is_tx ? kTagTxKick : kTagRxKick));
+    }
     v.setup.base.last_avail_idx = v.q->last_avail_idx().value();
     {
         const std::lock_guard<std::mutex> tx_lock(p.tx_mu);
@@ -253,7 +289,7 @@ void NetDevice::stop_data_vring(Pair& p, Vring& v, bool is_tx) noexcept {
 VringBase NetDevice::stop_locked(uint16_t i) noexcept {
     if (i == ctrl_vring(max_pairs())) {
         if (ctrl_) {
-            if (ctrl_setup_.kick != nullptr) epoll_forget(ctrl_setup_.kick->fd());
+            if (ctrl_setup_.kick != nullptr) epoll_forget(ctrl_setup_.kick->fd(), tag(0, kTagCtrlKick));
             ctrl_setup_.base.last_avail_idx = ctrl_->queue().last_avail_idx().value();
             ctrl_.reset();
             ctrl_pending_ = false;
@@ -356,13 +392,15 @@ void NetDevice::report_broken(uint16_t index, Vring& v) noexcept {
     if (v.reported) return;
     v.reported = true;
     v.error = v.q->broken_reason();
-    dstats_.vrings_broken.add();
+    count(dstats_.vrings_broken);
     needs_reset_.store(true, std::memory_order_relaxed);
     std::fprintf(stderr, "pvnet backend: vring %u broken (%s): device needs reset\n",
                  unsigned{index}, std::string(ring::to_string(v.error)).c_str());
     if (v.setup.err != nullptr) v.setup.err->signal();
     // A broken ring is never touched again: its kicks must not wake us.
-    if (v.setup.kick != nullptr) epoll_forget(v.setup.kick->fd());
+    if (v.setup.kick != nullptr) {
+        epoll_forget(v.setup.kick->fd(), tag(index / 2u, index % 2u ? kTagTxKick : kTagRxKick));
+    }
 }
 
 void NetDevice::check_broken(Pair& p) noexcept {
@@ -387,21 +425,22 @@ void NetDevice::check_ctrl_broken() noexcept {
     if (!ctrl_ || ctrl_reported_ || !ctrl_->queue().broken()) return;
     ctrl_reported_ = true;
     ctrl_error_ = ctrl_->queue().broken_reason();
-    dstats_.vrings_broken.add();
+    count(dstats_.vrings_broken);
     needs_reset_.store(true, std::memory_order_relaxed);
     std::fprintf(stderr, "pvnet backend: control vring broken (%s): device needs reset\n",
                  std::string(ring::to_string(ctrl_error_)).c_str());
     if (ctrl_setup_.err != nullptr) ctrl_setup_.err->signal();
-    if (ctrl_setup_.kick != nullptr) epoll_forget(ctrl_setup_.kick->fd());
+    if (ctrl_setup_.kick != nullptr) epoll_forget(ctrl_setup_.kick->fd(), tag(0, kTagCtrlKick));
     ctrl_pending_ = false;
 }
 
 void NetDevice::epoll_watch(int fd, uint32_t t, uint32_t events) noexcept {
     // Level-triggered; an fd already registered (a kick shared by two
     // vrings is a setup error the guest can make) is re-tagged.
-    if (!epoll_->add(fd, t, events)) (void)epoll_->modify(fd, t, events);
+    notify::Epoll& ep = *worker_of_tag(t).epoll;
+    if (!ep.add(fd, t, events)) (void)ep.modify(fd, t, events);
 }
 
-void NetDevice::epoll_forget(int fd) noexcept { (void)epoll_->remove(fd); }
+void NetDevice::epoll_forget(int fd, uint32_t t) noexcept { (void)worker_of_tag(t).epoll->remove(fd); }
 
 }  // namespace pvnet::backend

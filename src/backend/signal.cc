@@ -2,7 +2,7 @@
 // Coalescer decides whether to signal now (max frames / max usecs, seed
 // 000's "vhost: interrupt coalescing support"); when it says so the
 // driver's suppression (EVENT_IDX, NO_INTERRUPT: vhost_notify) still
-// decides. Coalescing limits change through one path, apply_coalesce: from
+// decides. Coalescing limits change through one path, apply_coalesce_pairs: from
 // set_coalesce()'s mailbox or the guest's NOTF_COAL commands on the
 // control queue (handle_ctrl).
 #include "pvnet/backend/net_device.h"
@@ -56,25 +56,41 @@ void NetDevice::set_coalesce(notify::CoalesceParams rx, notify::CoalesceParams t
     // ORDER: release; pairs with the acquire in take_coalesce_msg(), which then
     // reads these fields (or newer ones, whose epoch bump follows).
     coalesce_msg_.epoch.fetch_add(1, std::memory_order_release);
-    wake_->signal();  // a sleeping worker applies it now, not at its next timeout
+    // A sleeping worker applies it now, not at its next timeout.
+    for (auto& w : workers_) w->wake->signal();
 }
 
-void NetDevice::take_coalesce_msg() noexcept {
+void NetDevice::take_coalesce_msg(Worker& w) noexcept {
     // ORDER: acquire; pairs with the release bump in set_coalesce(). A setter
     // racing with these loads bumps the epoch again, so its fields are
     // applied on the next pass.
-    coalesce_epoch_ = coalesce_msg_.epoch.load(std::memory_order_acquire);
-    apply_coalesce(notify::CoalesceParams{coalesce_msg_.rx_frames.load(std::memory_order_relaxed),
+    w.coalesce_epoch = coalesce_msg_.epoch.load(std::memory_order_acquire);
+    if (w.index == 0) count(dstats_.coalesce_updates);  // once per message
+    apply_coalesce_pairs(w, notify::CoalesceParams{coalesce_msg_.rx_frames.load(std::memory_order_relaxed),
                                           coalesce_msg_.rx_usecs.load(std::memory_order_relaxed)},
                    notify::CoalesceParams{coalesce_msg_.tx_frames.load(std::memory_order_relaxed),
                                           coalesce_msg_.tx_usecs.load(std::memory_order_relaxed)});
 }
 
-void NetDevice::apply_coalesce(std::optional<notify::CoalesceParams> rx,
+void NetDevice::apply_coalesce(Worker& w, std::optional<notify::CoalesceParams> rx,
                                std::optional<notify::CoalesceParams> tx) noexcept {
     // Counted first: a driver woken by the flush below sees the update counted.
-    dstats_.coalesce_updates.add();
-    for (auto& p : pairs_) {
+    count(dstats_.coalesce_updates);
+    for (auto& other : workers_) {
+        if (other.get() == &w) {
+            apply_coalesce_pairs(w, rx, tx);
+        } else {
+            // Worker 0 (the control queue's) holds its own mutex: only higher
+            // ones are taken, the order lock_control takes them in.
+            const auto lock = lock_worker(*other);
+            apply_coalesce_pairs(*other, rx, tx);
+        }
+    }
+}
+
+void NetDevice::apply_coalesce_pairs(const Worker& w, std::optional<notify::CoalesceParams> rx,
+                                     std::optional<notify::CoalesceParams> tx) noexcept {
+    for (Pair* p : w.pairs) {
         if (rx && p->rx.co->set(*rx) == notify::CoalesceAction::Signal) raise(p->rx);
         if (tx) {
             const std::lock_guard<std::mutex> lock(p->tx_mu);
@@ -84,7 +100,7 @@ void NetDevice::apply_coalesce(std::optional<notify::CoalesceParams> rx,
 }
 
 void NetDevice::handle_ctrl() noexcept {
-    const std::lock_guard<std::mutex> lock(dev_mu_);
+    const std::lock_guard<std::mutex> lock(workers_[0]->mu);
     do_ctrl();
 }
 
@@ -93,9 +109,9 @@ void NetDevice::do_ctrl() noexcept {
     if (!ctrl_) return;
     const bool more = ctrl_->handle([this](const CtrlCommand& c) noexcept {
         if (c.op == CtrlCommand::Op::NotfCoalRxSet) {
-            apply_coalesce(c.coal, std::nullopt);
+            apply_coalesce(*workers_[0], c.coal, std::nullopt);
         } else {
-            apply_coalesce(std::nullopt, c.coal);
+            apply_coalesce(*workers_[0], std::nullopt, c.coal);
         }
     });
     if (more) ctrl_pending_ = true;  // behind the datapath work already queued

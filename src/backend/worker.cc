@@ -6,6 +6,7 @@
 // before it runs the handlers, so a two-way flood that keeps both
 // directions past their weights still serves kicks, timers and control
 // commands (vhost_poll_queue adds work to the list while a handler runs).
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <thread>
@@ -18,26 +19,33 @@ namespace pvnet::backend {
 
 void NetDevice::start(int cpu) {
     stop_.store(false, std::memory_order_relaxed);
-    thread_ = std::thread([this, cpu] {
-        pin_current_thread(cpu);
-        worker();
-    });
+    const auto ncpu = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    for (auto& wp : workers_) {
+        Worker& w = *wp;
+        const int at = cpu < 0 ? -1 : (cpu + w.index) % ncpu;
+        w.thread = std::thread([this, &w, at] {
+            pin_current_thread(at);
+            worker(w);
+        });
+    }
 }
 
 void NetDevice::stop() noexcept {
-    if (!thread_.joinable()) return;
     stop_.store(true, std::memory_order_relaxed);
-    wake_->signal();
-    thread_.join();
+    for (auto& w : workers_) {
+        if (!w->thread.joinable()) continue;
+        w->wake->signal();
+        w->thread.join();
+    }
 }
 
 void NetDevice::handle_tx(uint16_t pair) noexcept {
-    const std::lock_guard<std::mutex> lock(dev_mu_);
+    const std::lock_guard<std::mutex> lock(workers_[pairs_[pair]->worker]->mu);
     do_tx(*pairs_[pair]);
 }
 
 void NetDevice::handle_rx(uint16_t pair) noexcept {
-    const std::lock_guard<std::mutex> lock(dev_mu_);
+    const std::lock_guard<std::mutex> lock(workers_[pairs_[pair]->worker]->mu);
     do_rx(*pairs_[pair]);
 }
 
@@ -105,11 +113,11 @@ void NetDevice::sync_port_watch(Pair& p) noexcept {
         if (fd < 0 || cur == want) return;
         const uint32_t t = tag(p.index, kTagPort);
         if (want == 0) {
-            epoll_forget(fd);
+            epoll_forget(fd, t);
         } else if (cur == 0) {
             epoll_watch(fd, t, want);
         } else {
-            (void)epoll_->modify(fd, t, want);
+            (void)workers_[p.worker]->epoll->modify(fd, t, want);
         }
         cur = want;
     };
@@ -121,21 +129,21 @@ void NetDevice::sync_port_watch(Pair& p) noexcept {
 void NetDevice::port_hangup(Pair& p) noexcept {
     if (p.port_dead) return;
     p.port_dead = true;
-    dstats_.port_hangups.add();
+    count(dstats_.port_hangups);
     std::fprintf(stderr, "pvnet backend: pair %u: port fd reported an error or hang-up; "
                  "no longer watched\n", unsigned{p.index});
     p.tx_wait_writable = false;
     sync_port_watch(p);
 }
 
-void NetDevice::on_event(uint32_t t, uint32_t events) noexcept {
+void NetDevice::on_event(Worker& w, uint32_t t, uint32_t events) noexcept {
     const uint32_t pi = t >> kTagShift;
     if (pi >= pairs_.size()) return;
     Pair& p = *pairs_[pi];
     // A vring stopped while we slept: its fds may be gone; the event is stale.
     switch (static_cast<Tag>(t & ((1u << kTagShift) - 1u))) {
         case kTagWake:
-            wake_->consume();
+            w.wake->consume();
             break;
         case kTagTxKick:
             // A kick for a ring the direct path broke: report it, which also
@@ -181,35 +189,38 @@ void NetDevice::on_event(uint32_t t, uint32_t events) noexcept {
     }
 }
 
-void NetDevice::wait_for_work(std::unique_lock<std::mutex>& lock, int timeout_ms) noexcept {
+void NetDevice::wait_for_work(Worker& w, std::unique_lock<std::mutex>& lock,
+                              int timeout_ms) noexcept {
     std::array<notify::EpollEvent, 16> ev;
     std::size_t n = 0;
     if (timeout_ms == 0) {
-        n = epoll_->wait(ev, 0);
+        n = w.epoll->wait(ev, 0);
     } else {
         // Control calls run while we sleep; what we wake for is checked
         // against the state they left.
         lock.unlock();
-        n = epoll_->wait(ev, timeout_ms);
+        n = w.epoll->wait(ev, timeout_ms);
         lock.lock();
-        dstats_.wakeups.add();
+        count(dstats_.wakeups);
     }
-    for (std::size_t i = 0; i < n; ++i) on_event(ev[i].tag, ev[i].events);
+    for (std::size_t i = 0; i < n; ++i) on_event(w, ev[i].tag, ev[i].events);
 }
 
-void NetDevice::run_work() noexcept {
+void NetDevice::run_work(Worker& w) noexcept {
     // FIFO as vhost's work list: a handler that requeues itself runs after
     // the others queued in this round.
-    for (std::size_t i = 0; i < pairs_.size(); ++i) round_work_[i] = std::exchange(pairs_[i]->pending, 0u);
-    const bool ctrl = ctrl_pending_;
-    for (std::size_t i = 0; i < pairs_.size(); ++i) {
-        Pair& p = *pairs_[i];
-        const uint32_t w = round_work_[i];
-        if (w & kTxWork) do_tx(p);
-        if (w & kRxWork) do_rx(p);
+    for (std::size_t i = 0; i < w.pairs.size(); ++i) {
+        w.round_work[i] = std::exchange(w.pairs[i]->pending, 0u);
+    }
+    const bool ctrl = w.index == 0 && ctrl_pending_;
+    for (std::size_t i = 0; i < w.pairs.size(); ++i) {
+        Pair& p = *w.pairs[i];
+        const uint32_t work = w.round_work[i];
+        if (work & kTxWork) do_tx(p);
+        if (work & kRxWork) do_rx(p);
     }
     if (ctrl) do_ctrl();
-    for (auto& pp : pairs_) {
+    for (Pair* pp : w.pairs) {
         Pair& p = *pp;
         // The port became readable meanwhile (a server answered what tx just
         // sent): queue rx while the guest has buffers for it, as the socket's
@@ -217,50 +228,51 @@ void NetDevice::run_work() noexcept {
         // mergeable packet), the refill kick does.
         if (!(p.pending & kRxWork) && rx_ready(p) && port_rx_pending(p)) p.pending |= kRxWork;
     }
-    dstats_.rounds.add();
+    count(dstats_.rounds);
 }
 
-void NetDevice::worker() noexcept {
-    std::unique_lock<std::mutex> lock(dev_mu_);
-    for (auto& p : pairs_) {
+void NetDevice::worker(Worker& w) noexcept {
+    std::unique_lock<std::mutex> lock(w.mu);
+    const bool ctrl_owner = w.index == 0;
+    for (Pair* p : w.pairs) {
         if (p->tx.q) p->pending |= kTxWork;
         if (p->rx.q) p->pending |= kRxWork;
     }
-    ctrl_pending_ = ctrl_ != nullptr;
-    auto any_pending = [this] {
-        for (auto& p : pairs_) {
+    if (ctrl_owner) ctrl_pending_ = ctrl_ != nullptr;
+    auto any_pending = [this, &w, ctrl_owner] {
+        for (Pair* p : w.pairs) {
             if (p->pending != 0) return true;
         }
-        return ctrl_pending_;
+        return ctrl_owner && ctrl_pending_;
     };
     while (!stop_.load(std::memory_order_relaxed)) {
         if (ctl_waiting_.load(std::memory_order_relaxed) != 0) {
-            // Step aside for a control call; it takes dev_mu_ once we let go.
+            // Step aside for a control call; it takes our mutex once we let go.
             lock.unlock();
             while (ctl_waiting_.load(std::memory_order_relaxed) != 0) std::this_thread::yield();
             lock.lock();
             continue;
         }
         // ORDER: acquire when it moved (take_coalesce_msg); relaxed peek first.
-        if (coalesce_msg_.epoch.load(std::memory_order_relaxed) != coalesce_epoch_) {
-            take_coalesce_msg();
+        if (coalesce_msg_.epoch.load(std::memory_order_relaxed) != w.coalesce_epoch) {
+            take_coalesce_msg(w);
         }
         if (opt_.mode == RunMode::Poll) {
-            for (auto& p : pairs_) {
+            for (Pair* p : w.pairs) {
                 if (p->tx.running()) p->pending |= kTxWork;
                 if (p->rx.running()) p->pending |= kRxWork;
             }
-            if (ctrl_ && ctrl_->pending() != 0) ctrl_pending_ = true;
+            if (ctrl_owner && ctrl_ && ctrl_->pending() != 0) ctrl_pending_ = true;
         } else if (!any_pending()) {
-            if (busy_poll()) {
+            if (busy_poll(w)) {
                 // Found by spinning: collect, without sleeping, any kick or
                 // timer that landed meanwhile, so it is consumed now.
-                wait_for_work(lock, 0);
+                wait_for_work(w, lock, 0);
             } else {
                 // Bounded so a lost wakeup shows as latency in the stats, never a hang.
-                wait_for_work(lock, 100);
+                wait_for_work(w, lock, 100);
                 // A port without an fd to wait on (a flood) is looked at here.
-                for (auto& p : pairs_) {
+                for (Pair* p : w.pairs) {
                     if (p->port.rx_fd < 0 && rx_ready(*p) && port_rx_pending(*p)) {
                         p->pending |= kRxWork;
                     }
@@ -268,9 +280,9 @@ void NetDevice::worker() noexcept {
                 continue;
             }
         } else {
-            wait_for_work(lock, 0);
+            wait_for_work(w, lock, 0);
         }
-        run_work();
+        run_work(w);
     }
 }
 

@@ -11,8 +11,8 @@
 // last_avail_idx), or the whole device reset. A vring starts only when it
 // is complete (size, addresses, memory) and its ring passes validation.
 // Control calls come from any thread; each is applied between two worker
-// rounds under dev_mu_ (the worker holds it while it works, never while it
-// sleeps, and steps aside when a control call waits).
+// rounds under every worker's mutex (a worker holds its own while it works,
+// never while it sleeps, and steps aside when a control call waits).
 //
 // Broken vrings. A ring rule broken by the guest marks that vring broken
 // (sticky until reset): the device reports it once (a log line, the
@@ -20,10 +20,13 @@
 // watching its kick and, for an rx vring, its port's fd, and keeps serving
 // every other vring.
 //
-// Threads: one worker per device. The direct path (process_tx_now) runs a
-// pair's tx loop in the caller's thread under that pair's tx_mu, which
-// guards the tx vring, its coalescer and signal path, tx stats and the
-// port's send side.
+// Threads: one worker per device, or several (VhostNetOptions::workers),
+// pair i served by worker i % workers — one per pair is Linux's model, where
+// QEMU opens a vhost-net device, and so a worker thread, per queue pair.
+// Each worker has its own epoll set and wake fd; worker 0 also serves the
+// control queue. The direct path (process_tx_now) runs a pair's tx loop in
+// the caller's thread under that pair's tx_mu, which guards the tx vring,
+// its coalescer and signal path, tx stats and the port's send side.
 #pragma once
 
 #include <sys/uio.h>
@@ -110,6 +113,9 @@ struct VhostNetOptions {
     uint32_t busyloop_usecs = 0;
     /// Features the device offers (a subset of kVhostNetFeatures).
     uint64_t offered_features = kVhostNetFeatures;
+    /// Worker threads, pair i on worker i % workers (capped at the pairs);
+    /// 0: one per pair.
+    uint16_t workers = 1;
 };
 
 /// One queue pair's counters.
@@ -186,7 +192,7 @@ public:
     /// Stops every vring and forgets features, memory, setups and breakage.
     void reset() noexcept;
 
-    /// Queries from any thread (under dev_mu_, between worker rounds).
+    /// Queries from any thread (under the workers' mutexes, between rounds).
     bool vring_started(uint16_t i) const noexcept;
     bool vring_broken(uint16_t i) const noexcept;
     /// Why vring i broke or was refused at start (RingError::Count: neither).
@@ -197,11 +203,17 @@ public:
                                                             : uint8_t{0};
     }
 
-    /// Starts the worker thread (pinned to `cpu` if >= 0).
+    /// Starts the worker threads (worker w pinned to CPU (cpu + w) % CPUs if
+    /// cpu >= 0).
     void start(int cpu = -1);
-    /// Stops and joins the worker.
+    /// Stops and joins the workers.
     void stop() noexcept;
-    std::thread::native_handle_type native_handle() noexcept { return thread_.native_handle(); }
+    uint16_t workers() const noexcept { return static_cast<uint16_t>(workers_.size()); }
+    /// The worker serving `pair`.
+    uint16_t worker_of(uint16_t pair) const noexcept { return pairs_[pair]->worker; }
+    std::thread::native_handle_type native_handle(uint16_t worker = 0) noexcept {
+        return workers_[worker]->thread.native_handle();
+    }
 
     // ---- the handlers, callable directly when no worker runs (tests) -----
 
@@ -277,6 +289,7 @@ protected:
     };
     struct Pair {
         uint16_t index = 0;
+        uint16_t worker = 0;  ///< the worker serving this pair
         Vring rx, tx;
         VhostNetStats stats;
         std::mutex tx_mu;  ///< see the file comment
@@ -300,7 +313,8 @@ protected:
     Status<DeviceError> init(std::span<const PortFds> ports, std::span<const uint32_t> max_frames) noexcept;
 
     /// The packet loops, over the concrete port (vhost_net.h). Called with
-    /// dev_mu_ held (or by process_tx_now without it); run_tx under tx_mu.
+    /// the pair's worker mutex held (or by process_tx_now without it); run_tx
+    /// under tx_mu.
     virtual uint32_t run_tx(Pair& p, bool direct) noexcept = 0;
     virtual void run_rx(Pair& p) noexcept = 0;
     virtual bool port_rx_pending(Pair& p) noexcept = 0;
@@ -372,11 +386,37 @@ private:
         std::atomic<uint32_t> rx_frames{0}, rx_usecs{0}, tx_frames{0}, tx_usecs{0};
         std::atomic<uint64_t> epoch{0};
     };
-    /// A control call in progress: the worker steps aside, then dev_mu_.
-    std::unique_lock<std::mutex> lock_control() noexcept;
+    /// One worker thread and what it owns.
+    struct Worker {
+        uint16_t index = 0;
+        std::mutex mu;  ///< held per round; control calls take every worker's
+        std::optional<notify::EventFd> wake;  ///< stop(), control calls, messages
+        std::optional<notify::Epoll> epoll;
+        std::thread thread;
+        std::vector<Pair*> pairs;          ///< served by this worker
+        std::vector<uint32_t> round_work;  ///< run_work's snapshot, one per pair
+        uint64_t coalesce_epoch = 0;       ///< last set_coalesce() epoch applied
+    };
+    /// Every worker's mutex, in worker order (the one lock order).
+    using ControlLock = std::vector<std::unique_lock<std::mutex>>;
+    /// A control call in progress: the workers step aside, then their mutexes.
+    ControlLock lock_control() noexcept;
     /// The queries' lock: as lock_control, without counting or waking (a
-    /// sleeping worker does not hold dev_mu_).
-    std::unique_lock<std::mutex> lock_query() const noexcept;
+    /// sleeping worker does not hold its mutex).
+    ControlLock lock_query() const noexcept;
+    /// Another worker's mutex, taken by worker 0's control queue (a NOTF_COAL
+    /// command reaches every pair): higher-numbered only, as lock_control orders them.
+    std::unique_lock<std::mutex> lock_worker(Worker& w) noexcept;
+    /// Device-wide counters written by the workers: a plain add with one
+    /// worker, an atomic one with several.
+    void count(Counter& c) noexcept {
+        if (workers_.size() > 1) {
+            c.add_shared();
+        } else {
+            c.add();
+        }
+    }
+    Worker& worker_of_tag(uint32_t t) noexcept;
     Vring* vring_at(uint16_t i) noexcept;
     const Vring* vring_at(uint16_t i) const noexcept;
     bool all_stopped() const noexcept;
@@ -389,31 +429,35 @@ private:
     void report_broken(uint16_t index, Vring& v) noexcept;
     void check_ctrl_broken() noexcept;
 
-    void worker() noexcept;
-    /// One round's handlers, in vhost's FIFO order; dev_mu_ held.
-    void run_work() noexcept;
+    void worker(Worker& w) noexcept;
+    /// One round's handlers, in vhost's FIFO order; w.mu held.
+    void run_work(Worker& w) noexcept;
     /// Collects ready event sources (timeout 0: without blocking); `lock`
     /// is released while the wait blocks.
-    void wait_for_work(std::unique_lock<std::mutex>& lock, int timeout_ms) noexcept;
-    void on_event(uint32_t t, uint32_t events) noexcept;
-    bool busy_poll() noexcept;
-    void take_coalesce_msg() noexcept;
-    /// The one place limits change (mailbox and control queue).
-    void apply_coalesce(std::optional<notify::CoalesceParams> rx,
+    void wait_for_work(Worker& w, std::unique_lock<std::mutex>& lock, int timeout_ms) noexcept;
+    void on_event(Worker& w, uint32_t t, uint32_t events) noexcept;
+    bool busy_poll(Worker& w) noexcept;
+    void take_coalesce_msg(Worker& w) noexcept;
+    /// The one place limits change: the mailbox (each worker, its own pairs)
+    /// and the control queue (worker 0, every worker's pairs).
+    void apply_coalesce(Worker& w, std::optional<notify::CoalesceParams> rx,
                         std::optional<notify::CoalesceParams> tx) noexcept;
+    void apply_coalesce_pairs(const Worker& w, std::optional<notify::CoalesceParams> rx,
+                              std::optional<notify::CoalesceParams> tx) noexcept;
     void handle_timer(Vring& v) noexcept;
     void do_tx(Pair& p) noexcept;
     void do_rx(Pair& p) noexcept;
     void do_ctrl() noexcept;
+    /// Registers / removes `fd` in the epoll set of the worker tag `t` belongs to.
     void epoll_watch(int fd, uint32_t t, uint32_t events) noexcept;
-    void epoll_forget(int fd) noexcept;
+    void epoll_forget(int fd, uint32_t t) noexcept;
     /// Registers the pair's port fds for what rx and tx want now (one
     /// registration when rx and tx share the fd, as a tap's do).
     void sync_port_watch(Pair& p) noexcept;
     void port_hangup(Pair& p) noexcept;
 
     std::vector<std::unique_ptr<Pair>> pairs_;
-    std::vector<uint32_t> round_work_;  ///< run_work's snapshot, one per pair
+    std::vector<std::unique_ptr<Worker>> workers_;
     uint64_t features_ = 0;
     const mem::MemoryTable* mem_ = nullptr;
     VringSetup ctrl_setup_;
@@ -424,16 +468,13 @@ private:
     bool ctrl_pending_ = false;
     std::atomic<bool> needs_reset_{false};
 
-    mutable std::mutex dev_mu_;                    ///< the worker's per round; control calls
-    mutable std::atomic<uint32_t> ctl_waiting_{0};  ///< control calls waiting for dev_mu_
+    /// Control calls (and worker 0 reaching another worker) waiting for a
+    /// worker's mutex: every worker steps aside while it is not 0.
+    mutable std::atomic<uint32_t> ctl_waiting_{0};
     std::atomic<bool> stop_{false};
-    std::optional<notify::EventFd> wake_;  ///< stop(), control calls and messages poke the worker
-    std::optional<notify::Epoll> epoll_;
-    std::thread thread_;
     DeviceStats dstats_;
     CoalesceMsg coalesce_msg_;
-    uint64_t coalesce_epoch_ = 0;  ///< worker: last epoch applied
-    std::mutex coalesce_mu_;       ///< orders concurrent setters (control plane only)
+    std::mutex coalesce_mu_;  ///< orders concurrent setters (control plane only)
 };
 
 }  // namespace pvnet::backend

@@ -1,6 +1,7 @@
-// Statistics counters: one writer thread, any number of readers. The writer
-// uses a relaxed load+store (no locked read-modify-write on the hot path);
-// readers see a value that is at most slightly stale.
+// Statistics counters: one writer thread (add_shared for the few with
+// several), any number of readers. The writer uses a relaxed load+store (no
+// locked read-modify-write on the hot path); readers see a value that is at
+// most slightly stale.
 #pragma once
 
 #include <array>
@@ -15,6 +16,8 @@ public:
     void add(uint64_t n = 1) noexcept {
         v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
     }
+    /// For a counter with several writers (a plain add() would lose updates).
+    void add_shared(uint64_t n = 1) noexcept { v_.fetch_add(n, std::memory_order_relaxed); }
     uint64_t get() const noexcept { return v_.load(std::memory_order_relaxed); }
     void reset() noexcept { v_.store(0, std::memory_order_relaxed); }
 
