@@ -23,8 +23,8 @@
 namespace pvnet::bench {
 namespace {
 
-constexpr unsigned kBatch = 32;   // datagrams per recvmmsg/sendmmsg
-constexpr int kPollMs = 50;       // how late a server thread sees stop
+constexpr unsigned kBatch = 32;      // datagrams per recvmmsg/sendmmsg
+constexpr int kPollMs = 50;          // how late a server thread sees stop
 constexpr unsigned kSendBurst = 64;  // client requests sent before replies are read again
 
 template <typename T>
@@ -97,8 +97,10 @@ bool udp_rr_decode(std::span<const std::byte> dgram, UdpRrHeader& h) noexcept {
 
 const char* to_string(UdpRrSteer s) noexcept {
     switch (s) {
-        case UdpRrSteer::IncomingCpu: return "incoming-cpu";
-        case UdpRrSteer::Hash: return "hash";
+        case UdpRrSteer::IncomingCpu:
+            return "incoming-cpu";
+        case UdpRrSteer::Hash:
+            return "hash";
     }
     return "?";
 }
@@ -273,18 +275,19 @@ struct ClientThread {
     std::vector<uint64_t> lat_ns;
     std::vector<uint64_t> by_thread = std::vector<uint64_t>(kUdpRrMaxThreads, 0);
     std::vector<uint64_t> by_cpu = std::vector<uint64_t>(UINT16_MAX + 1, 0);
-    uint64_t sent = 0, planned = 0, backlog_end = 0, tx_error = 0;
-    uint64_t received = 0, rx_bad_size = 0, rx_bad_magic = 0, rx_bad_flow = 0, rx_bad_seq = 0,
-             rx_bad_thread = 0, incoming_cpu_mismatch = 0;
+    UdpRrClientCounts c;
     uint64_t last_reply_ns = 0;
 };
 
 class ClientRun {
 public:
     ClientRun(const UdpRrClientConfig& cfg, ClientThread& st, uint64_t start_ns)
-        : cfg_(cfg), st_(st), sched_(cfg.rate_per_s, start_ns),
+        : cfg_(cfg),
+          st_(st),
+          sched_(cfg.rate_per_s, start_ns),
           end_ns_(start_ns + static_cast<uint64_t>(cfg.duration_s * 1e9)),
-          req_(cfg.size_bytes), rx_bufs_(std::size_t{kBatch} * (cfg.size_bytes + 1)) {}
+          req_(cfg.size_bytes),
+          rx_bufs_(std::size_t{kBatch} * (cfg.size_bytes + 1)) {}
 
     void run() noexcept;
 
@@ -330,10 +333,10 @@ bool ClientRun::send_due(uint64_t now) noexcept {
         if (::send(f.fd, req_.data(), req_.size(), MSG_DONTWAIT) < 0) {
             // No room: the request waits in the backlog, its clock running.
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return false;
-            ++st_.tx_error;  // e.g. ECONNREFUSED from an earlier reply's ICMP: not sent
+            ++st_.c.tx_error;  // e.g. ECONNREFUSED from an earlier reply's ICMP: not sent
         } else {
             f.out.add(seq, p);  // an unanswered request a full table ago is abandoned
-            ++st_.sent;
+            ++st_.c.sent;
         }
         ++j_;
     }
@@ -351,40 +354,41 @@ void ClientRun::receive(ClientFlow& f) noexcept {
         msgs[i].msg_hdr.msg_iovlen = 1;
     }
     const int n = ::recvmmsg(f.fd, msgs, kBatch, MSG_DONTWAIT, nullptr);
+    if (n < 0 && errno == ECONNREFUSED) ++st_.c.rx_refused;  // reading it clears the socket error
     if (n <= 0) return;
     const uint64_t now = now_ns();
     for (unsigned i = 0; i < static_cast<unsigned>(n); ++i) {
         // Every reply is the server's (or anyone's) bytes: each rule below
         // refuses and counts, and only a reply passing all of them is used.
         if (msgs[i].msg_len != cfg_.size_bytes || (msgs[i].msg_hdr.msg_flags & MSG_TRUNC)) {
-            ++st_.rx_bad_size;
+            ++st_.c.rx_bad_size;
             continue;
         }
         UdpRrHeader h;
         udp_rr_decode({rx_bufs_.data() + i * cap, msgs[i].msg_len}, h);  // size checked above
         if (h.magic != kUdpRrMagic) {
-            ++st_.rx_bad_magic;
+            ++st_.c.rx_bad_magic;
             continue;
         }
         // The socket is connected and the flow's own: another flow's id is forged.
         if (h.flow != f.id) {
-            ++st_.rx_bad_flow;
+            ++st_.c.rx_bad_flow;
             continue;
         }
         if (h.server_thread >= kUdpRrMaxThreads) {
-            ++st_.rx_bad_thread;
+            ++st_.c.rx_bad_thread;
             continue;
         }
         uint64_t planned_ns = 0;
         if (!f.out.complete(h.seq, planned_ns)) {
-            ++st_.rx_bad_seq;
+            ++st_.c.rx_bad_seq;
             continue;
         }
-        ++st_.received;
+        ++st_.c.received;
         st_.lat_ns.push_back(now > planned_ns ? now - planned_ns : 0);
         ++st_.by_thread[h.server_thread];
         ++st_.by_cpu[h.server_cpu];
-        if (h.incoming_cpu != h.server_cpu) ++st_.incoming_cpu_mismatch;
+        if (h.incoming_cpu != h.server_cpu) ++st_.c.incoming_cpu_mismatch;
         st_.last_reply_ns = now;
     }
 }
@@ -405,9 +409,9 @@ void ClientRun::run() noexcept {
         // Until the next planned send (now, if the burst left some due).
         wait(pfds, now, more ? now : std::min(planned(j_), end_ns_));
     }
-    st_.planned = j_;
-    for (uint64_t j = j_; planned(j) < end_ns_; ++j) ++st_.backlog_end;
-    st_.planned += st_.backlog_end;
+    st_.c.planned = j_;
+    for (uint64_t j = j_; planned(j) < end_ns_; ++j) ++st_.c.backlog_end;
+    st_.c.planned += st_.c.backlog_end;
     const uint64_t drain_end = end_ns_ + static_cast<uint64_t>(cfg_.drain_s * 1e9);
     for (uint64_t now = now_ns(); now < drain_end && outstanding() > 0; now = now_ns()) {
         wait(pfds, now, drain_end);
@@ -447,13 +451,14 @@ UdpRrClientResult run_udp_rr_client(const UdpRrClientConfig& cfg) noexcept {
             }
         }
         if (res.error.empty()) {
-            const auto expected = static_cast<std::size_t>(
-                static_cast<double>(cfg.rate_per_s) * cfg.duration_s / nthreads);
+            const auto expected = static_cast<std::size_t>(static_cast<double>(cfg.rate_per_s) *
+                                                           cfg.duration_s / nthreads);
             for (auto& s : st) s.lat_ns.reserve(std::min<std::size_t>(expected + 1, 1u << 22));
             // Time for every thread to be up before the first planned send.
             const uint64_t start_ns = now_ns() + 10'000'000;
             for (uint16_t t = 0; t < nthreads; ++t) {
-                threads.emplace_back([&cfg, &s = st[t], start_ns] { ClientRun(cfg, s, start_ns).run(); });
+                threads.emplace_back(
+                    [&cfg, &s = st[t], start_ns] { ClientRun(cfg, s, start_ns).run(); });
             }
             for (auto& th : threads) th.join();
             res.ok = true;
@@ -463,17 +468,7 @@ UdpRrClientResult run_udp_rr_client(const UdpRrClientConfig& cfg) noexcept {
             res.replies_by_server_thread.assign(kUdpRrMaxThreads, 0);
             res.replies_by_server_cpu.assign(UINT16_MAX + 1, 0);
             for (const auto& s : st) {
-                res.planned += s.planned;
-                res.sent += s.sent;
-                res.backlog_end += s.backlog_end;
-                res.tx_error += s.tx_error;
-                res.received += s.received;
-                res.rx_bad_size += s.rx_bad_size;
-                res.rx_bad_magic += s.rx_bad_magic;
-                res.rx_bad_flow += s.rx_bad_flow;
-                res.rx_bad_seq += s.rx_bad_seq;
-                res.rx_bad_thread += s.rx_bad_thread;
-                res.incoming_cpu_mismatch += s.incoming_cpu_mismatch;
+                res += s.c;
                 for (const auto& f : s.flows) res.abandoned += f.out.abandoned();
                 last_reply = std::max(last_reply, s.last_reply_ns);
                 lat.insert(lat.end(), s.lat_ns.begin(), s.lat_ns.end());
@@ -492,14 +487,16 @@ UdpRrClientResult run_udp_rr_client(const UdpRrClientConfig& cfg) noexcept {
             res.lost = res.sent - res.received;
             res.offered_per_s = static_cast<double>(cfg.rate_per_s);
             res.sent_per_s = static_cast<double>(res.sent) / window_s;
-            res.achieved_per_s =
-                static_cast<double>(res.received) / (static_cast<double>(last_reply - start_ns) / 1e9);
+            res.achieved_per_s = static_cast<double>(res.received) /
+                                 (static_cast<double>(last_reply - start_ns) / 1e9);
             if (!lat.empty()) {
                 uint64_t sum = 0;
                 for (uint64_t v : lat) sum += v;
                 res.lat_avg_us = static_cast<double>(sum) / static_cast<double>(lat.size()) / 1e3;
-                res.lat_min_us = static_cast<double>(*std::min_element(lat.begin(), lat.end())) / 1e3;
-                res.lat_max_us = static_cast<double>(*std::max_element(lat.begin(), lat.end())) / 1e3;
+                res.lat_min_us =
+                    static_cast<double>(*std::min_element(lat.begin(), lat.end())) / 1e3;
+                res.lat_max_us =
+                    static_cast<double>(*std::max_element(lat.begin(), lat.end())) / 1e3;
                 res.lat_p50_us = percentile(lat, 0.50) / 1e3;
                 res.lat_p99_us = percentile(lat, 0.99) / 1e3;
                 res.lat_p999_us = percentile(lat, 0.999) / 1e3;

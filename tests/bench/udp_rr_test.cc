@@ -29,7 +29,20 @@ sockaddr_in loopback(uint16_t port) {
     return a;
 }
 
-uint64_t sum(const std::vector<uint64_t>& v) { return std::accumulate(v.begin(), v.end(), uint64_t{0}); }
+/// A UDP socket bound to 127.0.0.1 and a port the kernel picked.
+int bound_loopback_socket(uint16_t& port) {
+    const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a = loopback(0);
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    return fd;
+}
+
+uint64_t sum(const std::vector<uint64_t>& v) {
+    return std::accumulate(v.begin(), v.end(), uint64_t{0});
+}
 
 /// A one-socket server that hands every request to `answer(fd, request,
 /// from)`; stops within 20 ms of destruction.
@@ -37,15 +50,10 @@ class ScriptedServer {
 public:
     using Answer = std::function<void(int, std::vector<std::byte>&, const sockaddr_in&)>;
     explicit ScriptedServer(Answer answer) : answer_(std::move(answer)) {
-        fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        fd_ = bound_loopback_socket(port_);
         // Room for the requests that queue while a script stalls.
         const int rcvbuf = 4 << 20;
         ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-        sockaddr_in a = loopback(0);
-        EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-        socklen_t len = sizeof a;
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-        port_ = ntohs(a.sin_port);
         thread_ = std::thread([this] { loop(); });
     }
     ~ScriptedServer() {
@@ -207,7 +215,7 @@ TEST(UdpRrClient, CountsHostileRepliesWithoutUsingThem) {
     ScriptedServer srv([](int fd, std::vector<std::byte>& req, const sockaddr_in& from) {
         fill_reply(req);
         send_to(fd, req, from);
-        send_to(fd, req, from);  // a duplicate
+        send_to(fd, req, from);                                                    // a duplicate
         send_to(fd, std::vector<std::byte>(req.begin(), req.begin() + 10), from);  // short
         UdpRrHeader h;
         udp_rr_decode(req, h);
@@ -243,6 +251,21 @@ TEST(UdpRrClient, CountsHostileRepliesWithoutUsingThem) {
     EXPECT_LE(r.rx_bad_size, r.sent);
     EXPECT_EQ(sum(r.replies_by_server_thread), r.received) << "only matched replies counted";
     expect_ordered_latencies(r);
+}
+
+TEST(UdpRrClient, NoServerIsCountedRefusedAndLost) {
+    // A port just freed: loopback answers each request with ICMP port unreachable.
+    UdpRrClientConfig cfg;
+    ::close(bound_loopback_socket(cfg.server_port));
+    cfg.rate_per_s = 100;
+    cfg.duration_s = 0.2;
+    cfg.drain_s = 0.1;
+    const UdpRrClientResult r = run_udp_rr_client(cfg);
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.received, 0u);
+    EXPECT_EQ(r.lost, r.sent);
+    EXPECT_GT(r.rx_refused + r.tx_error, 0u);
+    EXPECT_EQ(r.lat_max_us, 0);
 }
 
 TEST(UdpRrClient, LatencyCountsFromThePlannedTimeThroughAServerStall) {

@@ -80,11 +80,11 @@ struct UdpRrServerConfig {
 
 /// One server thread's counters (one writer: that thread).
 struct UdpRrServerThreadCounters {
-    Counter requests;            ///< datagrams received
-    Counter replies;             ///< replies sent
-    Counter rx_drop_short;       ///< shorter than the header
-    Counter rx_drop_bad_magic;   ///< not a udp-rr request
-    Counter tx_drop_error;       ///< sendmmsg refused the reply (ENOBUFS, EAGAIN, ...)
+    Counter requests;           ///< datagrams received
+    Counter replies;            ///< replies sent
+    Counter rx_drop_short;      ///< shorter than the header
+    Counter rx_drop_bad_magic;  ///< not a udp-rr request
+    Counter tx_drop_error;      ///< sendmmsg refused the reply (ENOBUFS, EAGAIN, ...)
     /// Requests that arrived on a CPU other than the one the thread ran on
     /// (SO_INCOMING_CPU after the batch vs sched_getcpu: per batch, the
     /// CPU of its last packet).
@@ -96,19 +96,29 @@ struct UdpRrServerThreadCounters {
 struct UdpRrServerThreadStats {
     uint16_t thread = 0;
     int cpu = -1;  ///< the pinned CPU; -1 with hash steering
-    uint64_t requests = 0, replies = 0, rx_drop_short = 0, rx_drop_bad_magic = 0,
-             tx_drop_error = 0, incoming_cpu_mismatch = 0, cpu_ns = 0;
+    uint64_t requests = 0, replies = 0, rx_drop_short = 0, rx_drop_bad_magic = 0, tx_drop_error = 0,
+             incoming_cpu_mismatch = 0, cpu_ns = 0;
 
-    /// f(name, value) for every counter, in report order.
+    /// The name table: f(name, member pointer) for every counter, in report order.
+    template <typename F>
+    static void fields(F&& f) {
+        f("requests", &UdpRrServerThreadStats::requests);
+        f("replies", &UdpRrServerThreadStats::replies);
+        f("rx_drop_short", &UdpRrServerThreadStats::rx_drop_short);
+        f("rx_drop_bad_magic", &UdpRrServerThreadStats::rx_drop_bad_magic);
+        f("tx_drop_error", &UdpRrServerThreadStats::tx_drop_error);
+        f("incoming_cpu_mismatch", &UdpRrServerThreadStats::incoming_cpu_mismatch);
+        f("cpu_ns", &UdpRrServerThreadStats::cpu_ns);
+    }
+    /// f(name, value) for every counter.
     template <typename F>
     void for_each(F&& f) const {
-        f("requests", requests);
-        f("replies", replies);
-        f("rx_drop_short", rx_drop_short);
-        f("rx_drop_bad_magic", rx_drop_bad_magic);
-        f("tx_drop_error", tx_drop_error);
-        f("incoming_cpu_mismatch", incoming_cpu_mismatch);
-        f("cpu_ns", cpu_ns);
+        fields([&](const char* name, auto m) { f(name, this->*m); });
+    }
+    /// Adds another thread's counters (a total over threads).
+    UdpRrServerThreadStats& operator+=(const UdpRrServerThreadStats& o) noexcept {
+        fields([&](const char*, auto m) { this->*m += o.*m; });
+        return *this;
     }
 };
 
@@ -152,27 +162,65 @@ struct UdpRrClientConfig {
     double drain_s = 1.0;
 };
 
-struct UdpRrClientResult {
+/// The client's counts, with their names in one table.
+struct UdpRrClientCounts {
+    uint64_t planned = 0;  ///< requests the schedule planned in the window
+    uint64_t sent = 0;
+    uint64_t received = 0;     ///< replies matched to an outstanding request
+    uint64_t lost = 0;         ///< sent and never answered (abandoned included)
+    uint64_t abandoned = 0;    ///< given up while the window ran (slot reused)
+    uint64_t backlog_end = 0;  ///< planned in the window, not sent by its end
+    uint64_t tx_error = 0;     ///< send failed other than EAGAIN (ECONNREFUSED, ...)
+    uint64_t rx_refused = 0;   ///< ICMP port unreachable came back: nothing serves the port
+    // Replies refused, by reason: each counted, none used.
+    uint64_t rx_bad_size = 0;  ///< not the request size (short ones included)
+    uint64_t rx_bad_magic = 0;
+    uint64_t rx_bad_flow = 0;    ///< names another flow than the socket's
+    uint64_t rx_bad_seq = 0;     ///< names no outstanding request (duplicate, stale, forged)
+    uint64_t rx_bad_thread = 0;  ///< server thread >= kUdpRrMaxThreads
+    /// Replies whose incoming_cpu differs from the CPU that answered.
+    uint64_t incoming_cpu_mismatch = 0;
+
+    uint64_t rx_bad() const noexcept {
+        return rx_bad_size + rx_bad_magic + rx_bad_flow + rx_bad_seq + rx_bad_thread;
+    }
+    /// The name table: f(name, member pointer) for every count, in report order.
+    template <typename F>
+    static void fields(F&& f) {
+        using C = UdpRrClientCounts;
+        f("planned", &C::planned);
+        f("sent", &C::sent);
+        f("received", &C::received);
+        f("lost", &C::lost);
+        f("abandoned", &C::abandoned);
+        f("backlog_end", &C::backlog_end);
+        f("tx_error", &C::tx_error);
+        f("rx_refused", &C::rx_refused);
+        f("rx_bad_size", &C::rx_bad_size);
+        f("rx_bad_magic", &C::rx_bad_magic);
+        f("rx_bad_flow", &C::rx_bad_flow);
+        f("rx_bad_seq", &C::rx_bad_seq);
+        f("rx_bad_thread", &C::rx_bad_thread);
+        f("incoming_cpu_mismatch", &C::incoming_cpu_mismatch);
+    }
+    /// f(name, value) for every count.
+    template <typename F>
+    void for_each_count(F&& f) const {
+        fields([&](const char* name, auto m) { f(name, this->*m); });
+    }
+    /// Adds another thread's counts.
+    UdpRrClientCounts& operator+=(const UdpRrClientCounts& o) noexcept {
+        fields([&](const char*, auto m) { this->*m += o.*m; });
+        return *this;
+    }
+};
+
+struct UdpRrClientResult : UdpRrClientCounts {
     bool ok = false;
     std::string error;
     double offered_per_s = 0;   ///< the schedule's rate
     double sent_per_s = 0;      ///< requests sent / window
     double achieved_per_s = 0;  ///< replies matched / (start .. last reply)
-    uint64_t planned = 0;       ///< requests the schedule planned in the window
-    uint64_t sent = 0;
-    uint64_t received = 0;      ///< replies matched to an outstanding request
-    uint64_t lost = 0;          ///< sent and never answered (abandoned included)
-    uint64_t abandoned = 0;     ///< given up while the window ran (slot reused)
-    uint64_t backlog_end = 0;   ///< planned in the window, not sent by its end
-    uint64_t tx_error = 0;      ///< send failed other than EAGAIN (ECONNREFUSED, ...)
-    // Replies refused, by reason: each counted, none used.
-    uint64_t rx_bad_size = 0;   ///< not the request size (short ones included)
-    uint64_t rx_bad_magic = 0;
-    uint64_t rx_bad_flow = 0;   ///< names another flow than the socket's
-    uint64_t rx_bad_seq = 0;    ///< names no outstanding request (duplicate, stale, forged)
-    uint64_t rx_bad_thread = 0; ///< server thread >= kUdpRrMaxThreads
-    /// Replies whose incoming_cpu differs from the CPU that answered.
-    uint64_t incoming_cpu_mismatch = 0;
     double lat_min_us = 0, lat_avg_us = 0, lat_max_us = 0;
     double lat_p50_us = 0, lat_p99_us = 0, lat_p999_us = 0;
     /// Matched replies by the server thread (and CPU) that sent them, up to
@@ -180,26 +228,6 @@ struct UdpRrClientResult {
     std::vector<uint64_t> replies_by_server_thread;
     std::vector<uint64_t> replies_by_server_cpu;
 
-    uint64_t rx_bad() const noexcept {
-        return rx_bad_size + rx_bad_magic + rx_bad_flow + rx_bad_seq + rx_bad_thread;
-    }
-    /// f(name, value) for every count, in report order.
-    template <typename F>
-    void for_each_count(F&& f) const {
-        f("planned", planned);
-        f("sent", sent);
-        f("received", received);
-        f("lost", lost);
-        f("abandoned", abandoned);
-        f("backlog_end", backlog_end);
-        f("tx_error", tx_error);
-        f("rx_bad_size", rx_bad_size);
-        f("rx_bad_magic", rx_bad_magic);
-        f("rx_bad_flow", rx_bad_flow);
-        f("rx_bad_seq", rx_bad_seq);
-        f("rx_bad_thread", rx_bad_thread);
-        f("incoming_cpu_mismatch", incoming_cpu_mismatch);
-    }
     /// f(name, value) for every rate and latency, in report order.
     template <typename F>
     void for_each_figure(F&& f) const {
