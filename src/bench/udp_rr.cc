@@ -429,10 +429,12 @@ UdpRrClientResult run_udp_rr_client(const UdpRrClientConfig& cfg) noexcept {
         return res;
     }
     const uint16_t nthreads = static_cast<uint16_t>(std::min<uint32_t>(cfg.threads, cfg.flows));
-    // A second of one flow's requests may be outstanding: a reply later than
-    // that finds its slot reused and the request abandoned.
+    // A second of one flow's requests may be outstanding (a reply later than
+    // that finds its slot reused and the request abandoned), within 2^24
+    // slots in all (9 bytes each) and at least 64 per flow.
     const uint64_t per_flow = std::clamp<uint64_t>(cfg.rate_per_s / cfg.flows + 1, 64, 1u << 20);
-    const auto capacity = static_cast<uint32_t>(std::bit_ceil(per_flow));
+    const uint64_t most = std::max<uint64_t>(64, std::bit_floor((uint64_t{1} << 24) / cfg.flows));
+    const auto capacity = static_cast<uint32_t>(std::min(std::bit_ceil(per_flow), most));
     std::vector<ClientThread> st;
     std::vector<std::thread> threads;
     try {

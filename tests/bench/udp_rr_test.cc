@@ -13,12 +13,17 @@
 #include <chrono>
 #include <functional>
 #include <numeric>
+#include <ostream>
 #include <thread>
 #include <vector>
 
 #include "pvnet/util/clock.h"
 
 namespace pvnet::bench {
+
+// gtest names the steering in the parameterised cases' output.
+void PrintTo(UdpRrSteer s, std::ostream* os) { *os << to_string(s); }
+
 namespace {
 
 sockaddr_in loopback(uint16_t port) {
