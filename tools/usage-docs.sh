@@ -14,7 +14,8 @@ fi
 pvnet="${1:?usage: usage-docs.sh [--check] PVNET [OUTDIR]}"
 out="${2:-$root/docs/usage}"
 
-commands=("relay" "serve" "bench pvp" "bench fairness" "bench stream" "bench rr" "bench relay")
+commands=("relay" "serve" "udp-rr server" "udp-rr client" "bench pvp" "bench fairness" "bench stream"
+          "bench rr" "bench relay")
 
 write_pages() {
   local dir="$1" cmd page

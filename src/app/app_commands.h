@@ -19,5 +19,7 @@ void add_bench_vhost_user(CLI::App& bench);
 void add_relay_command(CLI::App& app);
 /// `pvnet serve`.
 void add_serve_command(CLI::App& app);
+/// `pvnet udp-rr server` and `pvnet udp-rr client`.
+void add_udp_rr_command(CLI::App& app);
 
 }  // namespace pvnet::app

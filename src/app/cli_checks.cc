@@ -11,6 +11,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <sstream>
 
@@ -46,6 +47,11 @@ std::string cpu_list(const cpu_set_t& set) {
         c = last;
     }
     return out;
+}
+
+/// Not 0.0.0.0/8, multicast, reserved or broadcast: a host answers at it.
+bool unicast_ipv4(uint32_t host_order) {
+    return host_order != 0 && (host_order >> 24) != 0 && (host_order >> 28) < 0xe;
 }
 
 }  // namespace
@@ -178,13 +184,43 @@ CLI::Validator Ipv4() {
         [](std::string& s) -> std::string {
             in_addr a{};
             const uint32_t h = ::inet_pton(AF_INET, s.c_str(), &a) == 1 ? ntohl(a.s_addr) : 0;
-            // Not 0.0.0.0/8, multicast, reserved or broadcast: a host answers at it.
-            if (h == 0 || (h >> 24) == 0 || (h >> 28) >= 0xe) {
-                return must_be(s, "a unicast IPv4 address (a.b.c.d)");
-            }
+            if (!unicast_ipv4(h)) return must_be(s, "a unicast IPv4 address (a.b.c.d)");
             return {};
         },
         "IPv4");
+}
+
+bool parse_ipv4_endpoint(const std::string& s, Ipv4Endpoint& out) {
+    const std::size_t colon = s.rfind(':');
+    if (colon == std::string::npos) return false;
+    in_addr a{};
+    if (::inet_pton(AF_INET, s.substr(0, colon).c_str(), &a) != 1) return false;
+    uint16_t port = 0;
+    const std::string digits = s.substr(colon + 1);
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos ||
+        !CLI::detail::lexical_cast(digits, port)) {
+        return false;
+    }
+    std::memcpy(out.ip.data(), &a.s_addr, out.ip.size());  // network order
+    out.port = port;
+    return true;
+}
+
+CLI::Validator Ipv4Port(bool bind) {
+    const std::string rule = bind ? "a.b.c.d:port, a unicast address or 0.0.0.0, port 0 to 65535 "
+                                    "(0: the kernel picks)"
+                                  : "a.b.c.d:port, a unicast address, port 1 to 65535";
+    return CLI::Validator(
+        [bind, rule](std::string& s) -> std::string {
+            Ipv4Endpoint e;
+            if (!parse_ipv4_endpoint(s, e)) return must_be(s, rule);
+            uint32_t h = 0;
+            std::memcpy(&h, e.ip.data(), sizeof h);
+            h = ntohl(h);
+            const bool ok = bind ? h == 0 || unicast_ipv4(h) : unicast_ipv4(h) && e.port != 0;
+            return ok ? std::string() : must_be(s, rule);
+        },
+        "IPv4:port");
 }
 
 CLI::Validator PktWeight() {

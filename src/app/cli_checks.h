@@ -6,6 +6,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -52,6 +53,17 @@ CLI::Validator OutputPath();
 CLI::Validator SocketPath();
 /// A unicast IPv4 address in dotted-quad form (inet_pton).
 CLI::Validator Ipv4();
+
+/// An IPv4 address and a UDP/TCP port.
+struct Ipv4Endpoint {
+    std::array<uint8_t, 4> ip{};  ///< network order
+    uint16_t port = 0;
+};
+/// Reads "a.b.c.d:port" (inet_pton, port 0..65535); false if it is not one.
+bool parse_ipv4_endpoint(const std::string& s, Ipv4Endpoint& out);
+/// "a.b.c.d:port". To bind: unicast or 0.0.0.0 (any), port 0 (the kernel's
+/// pick) allowed; to reach a server: unicast, port 1 to 65535.
+CLI::Validator Ipv4Port(bool bind);
 /// The packet weight words of the bench commands (parse_weight): baseline,
 /// none or 1..1000000.
 CLI::Validator PktWeight();

@@ -45,6 +45,7 @@ int run(int argc, char** argv) {
     add_bench_vhost_user(*bench);
     add_relay_command(app);
     add_serve_command(app);
+    add_udp_rr_command(app);
 
     try {
         app.parse(argc, argv);

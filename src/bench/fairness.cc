@@ -13,6 +13,7 @@
 #include "pvnet/util/thread.h"
 #include "pvnet/util/clock.h"
 #include "pvnet/bench/open_loop.h"
+#include "pvnet/bench/percentile.h"
 #include "pvnet/pair/guest_pair.h"
 
 namespace pvnet::bench {
@@ -75,13 +76,6 @@ private:
     const SendTimes& send_ns_;
     std::vector<Sample> samples_;  ///< worker-owned; read after stop
 };
-
-double percentile(std::vector<uint64_t>& v, double p) {
-    if (v.empty()) return 0;
-    const auto k = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1));
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-    return static_cast<double>(v[k]);
-}
 
 }  // namespace
 

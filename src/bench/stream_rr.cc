@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pvnet/bench/open_loop.h"
+#include "pvnet/bench/percentile.h"
 #include "pvnet/bench/pvp.h"
 #include "pvnet/frontend/flow.h"
 #include "pvnet/port/echo_port.h"
@@ -27,13 +28,6 @@ constexpr uint32_t kHdr = port::EchoPort::kHdrBytes;
 constexpr uint32_t kStreamFrame = 1514;  // MTU 1500 + Ethernet
 constexpr uint32_t kRrFrame = 64;        // a 1-byte request or response, padded
 constexpr uint32_t kMessageBytes = 65536;
-
-double percentile(std::vector<uint64_t>& v, double p) {
-    if (v.empty()) return 0;
-    const auto k = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1));
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-    return static_cast<double>(v[k]);
-}
 
 uint16_t frame_flow(const std::byte* frame) noexcept {
     return static_cast<uint16_t>(
