@@ -15,6 +15,7 @@ void add_bench_stream_rr(CLI::App& bench);
 void add_bench_relay(CLI::App& bench);
 /// `pvnet bench vhost-user`.
 void add_bench_vhost_user(CLI::App& bench);
+void add_bench_xps(CLI::App& bench);
 /// `pvnet relay`.
 void add_relay_command(CLI::App& app);
 /// `pvnet serve`.

@@ -36,6 +36,10 @@ BackendOptionHandles add_backend_options(CLI::App* cmd, BackendKnobs& k) {
     h.all.push_back(cmd->add_option("--rx-weight-bytes", k.rx_weight_bytes,
                                     "handle_rx bytes per run (0: no limit)")
                         ->check(Int(0u, UINT32_MAX, "0: no limit")));
+    h.all.push_back(cmd->add_option("--workers", k.workers,
+                                    "backend worker threads, queue pair i on worker i % N (0: one "
+                                    "per queue pair, as Linux opens a vhost-net device per pair)")
+                        ->check(Int(uint16_t{0}, uint16_t{64}, "0: one per pair")));
     return h;
 }
 

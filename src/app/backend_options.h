@@ -20,6 +20,7 @@ struct BackendKnobs {
     uint32_t tx_weight_bytes = backend::kByteWeight, rx_weight_bytes = backend::kByteWeight;
     uint32_t tx_frames = 0, tx_usecs = 0, rx_frames = 0, rx_usecs = 0;
     uint32_t busyloop_usecs = 0;
+    uint16_t workers = 1;  ///< VhostNetOptions::workers (0: one per queue pair)
 
     backend::Weight tx() const noexcept { return {tx_weight, tx_weight_bytes}; }
     backend::Weight rx() const noexcept { return {rx_weight, rx_weight_bytes}; }
@@ -33,7 +34,7 @@ struct BackendOptionHandles {
 };
 
 /// Registers --tx-frames, --tx-usecs, --rx-frames, --rx-usecs, --busyloop-usecs,
-/// --tx-weight, --rx-weight, --tx-weight-bytes, --rx-weight-bytes on `cmd`.
+/// --tx-weight, --rx-weight, --tx-weight-bytes, --rx-weight-bytes, --workers on `cmd`.
 BackendOptionHandles add_backend_options(CLI::App* cmd, BackendKnobs& k);
 
 }  // namespace pvnet::app

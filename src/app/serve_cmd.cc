@@ -88,6 +88,7 @@ backend::VhostNetOptions device_options(const ServeOptions& o) {
     opt.rx_coalesce = o.backend.rx_coalesce();
     opt.tx_coalesce = o.backend.tx_coalesce();
     opt.busyloop_usecs = o.backend.busyloop_usecs;
+    opt.workers = o.backend.workers;
     opt.offered_features = offered_features(!o.tap.empty());
     return opt;
 }
@@ -301,7 +302,8 @@ void add_serve_command(CLI::App& app) {
                                         "event: sleep on eventfds; poll: spin on the rings")
         ->check(checks::OneOf({"event", "poll"}));
     CLI::Option* busyloop = add_backend_options(cmd, o->backend).busyloop;
-    cmd->add_option("--backend-cpu", o->backend_cpu, "CPU of every device's worker (-1: any)")
+    cmd->add_option("--backend-cpu", o->backend_cpu,
+                    "CPU of every device's worker (worker w on the next w-th CPU; -1: any)")
         ->check(checks::Cpu());
     cmd->add_option("--stats-interval", o->stats_interval, "seconds between stats lines (0: none)")
         ->check(checks::Real(0.0, 3600.0, "0: none"));

@@ -29,18 +29,6 @@ constexpr uint32_t kStreamFrame = 1514;  // MTU 1500 + Ethernet
 constexpr uint32_t kRrFrame = 64;        // a 1-byte request or response, padded
 constexpr uint32_t kMessageBytes = 65536;
 
-uint16_t frame_flow(const std::byte* frame) noexcept {
-    return static_cast<uint16_t>(
-        ((std::to_integer<unsigned>(frame[34]) << 8) | std::to_integer<unsigned>(frame[35])) -
-        port::kUdpSrcPortBase);
-}
-
-uint64_t frame_seq(const std::byte* frame) noexcept {
-    uint64_t be;
-    std::memcpy(&be, frame + port::kSeqOffset, sizeof be);
-    return __builtin_bswap64(be);
-}
-
 // Requests one flow may have outstanding in the open loop: far above what
 // a run at any offered rate this bench reaches keeps in flight, and below
 // the server's response queue.
@@ -153,9 +141,9 @@ StreamRrResult run_stream_rr(const StreamRrConfig& cfg) noexcept {
             const uint32_t n = guest.busy_poll_rx(frontend::kNapiBudget,
                                                   [&](uint32_t, std::byte* p, uint32_t l) {
                 if (!stream && l >= kHdr + port::kSeqOffset + 8) {
-                    const uint16_t f = frame_flow(p + kHdr);
+                    const uint16_t f = port::frame_flow_id(p + kHdr);
                     uint64_t sent_at;
-                    if (f < cfg.flows && outstanding[f].complete(frame_seq(p + kHdr), sent_at)) {
+                    if (f < cfg.flows && outstanding[f].complete(port::frame_seq(p + kHdr), sent_at)) {
                         const uint64_t t = now_ns();
                         if (rtt_ns.size() < rtt_ns.capacity()) {
                             rtt_ns.push_back(t - sent_at);

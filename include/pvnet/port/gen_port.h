@@ -62,6 +62,19 @@ inline constexpr std::array<uint8_t, 6> kDstMac{0x02, 0, 0, 0, 0, 0x02};
 inline constexpr uint16_t kUdpSrcPortBase = 1024;
 inline constexpr uint16_t kUdpDstPort = 9;  ///< discard
 
+/// The flow and sequence number of a frame in this layout (at least
+/// kSeqOffset + 8 bytes; the caller checks the length).
+inline uint16_t frame_flow_id(const std::byte* frame) noexcept {
+    return static_cast<uint16_t>(
+        ((std::to_integer<unsigned>(frame[34]) << 8) | std::to_integer<unsigned>(frame[35])) -
+        kUdpSrcPortBase);
+}
+inline uint64_t frame_seq(const std::byte* frame) noexcept {
+    uint64_t v = 0;
+    for (uint32_t i = 0; i < 8; ++i) v = v << 8 | std::to_integer<uint64_t>(frame[kSeqOffset + i]);
+    return v;
+}
+
 /// Frames the sink tells apart from each other: look-back of its duplicate
 /// detection, in sequence numbers.
 inline constexpr uint64_t kSeqWindow = 4096;
