@@ -63,7 +63,8 @@ struct RingRelayConfig {
     uint32_t direct_spin_usecs = 0;
     /// Queue pairs, 1..kMaxRelayQueues; more than one: both taps multi-queue.
     uint16_t queues = 1;
-    /// Guest thread i runs on (guest_cpu + i) % online CPUs (-1: any).
+    /// Guest thread i runs on (guest_cpu + i) mod the online CPUs, the
+    /// worker on backend_cpu (-1: any).
     int guest_cpu = -1, backend_cpu = -1;
 };
 
