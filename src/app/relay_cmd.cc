@@ -48,6 +48,7 @@ struct RelayOptions {
     uint32_t direct_max = 4;
     uint32_t direct_spin_usecs = 0;
     uint16_t queue_size = 256;
+    uint16_t queues = 1;
     std::string offloads = "on";
     int guest_cpu = -1, backend_cpu = -1;
     double stats_interval = 1.0;
@@ -193,6 +194,19 @@ void print_ring_counters(const char* tag, const relay::RingRelay& r) {
         {"a_full", c.a_full},
     };
     for (const auto& [k, v] : acct) std::printf(" %s=%llu", k, static_cast<unsigned long long>(v));
+    // Each queue pair's share, q<i>_ before the total's name.
+    for (std::size_t i = 0; i < c.queues.size(); ++i) {
+        const relay::RingRelayQueueCounters& q = c.queues[i];
+        const std::pair<const char*, uint64_t> per_queue[] = {
+            {"g2h_frames", q.a_to_b_pkts}, {"g2h_bytes", q.a_to_b_bytes},
+            {"h2g_frames", q.b_to_a_pkts}, {"h2g_bytes", q.b_to_a_bytes},
+            {"kicks", q.kicks},            {"interrupts", q.interrupts},
+            {"a_read", q.a_read},          {"b_read", q.b_read},
+        };
+        for (const auto& [k, v] : per_queue) {
+            std::printf(" q%zu_%s=%llu", i, k, static_cast<unsigned long long>(v));
+        }
+    }
     std::printf("\n");
     std::fflush(stdout);
 }
@@ -217,6 +231,7 @@ void run_ring(const RelayOptions& o) {
     cfg.direct = o.direct;
     cfg.direct_max = o.direct_max;
     cfg.direct_spin_usecs = o.direct_spin_usecs;
+    cfg.queues = o.queues;
     cfg.guest_cpu = o.guest_cpu;
     cfg.backend_cpu = o.backend_cpu;
     auto r = relay::RingRelay::create(cfg);
@@ -277,7 +292,11 @@ void add_relay_command(CLI::App& app) {
             ->check(Int(0u, 10000u)),
         cmd->add_option("--queue-size", o->queue_size, "virtqueue size (power of two)")
             ->check(checks::PowerOfTwo(checks::kMinQueueSize, virtio::kMaxQueueSize)),
-        cmd->add_option("--guest-cpu", o->guest_cpu, "CPU of the guest thread (-1: any)")
+        cmd->add_option("--queues", o->queues,
+                        "queue pairs: both taps multi-queue, a guest thread per pair")
+            ->check(Int<uint16_t>(1, relay::kMaxRelayQueues)),
+        cmd->add_option("--guest-cpu", o->guest_cpu,
+                        "CPU N of guest thread 0; thread i on CPU (N + i) mod online CPUs (-1: any)")
             ->check(checks::Cpu()),
     });
     cmd->add_option("--offloads", o->offloads,

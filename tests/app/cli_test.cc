@@ -98,6 +98,8 @@ const Bad kBad[] = {
     {"relay", "--direct-spin-usecs", "10001"},
     {"relay", "--queue-size", "300"},
     {"relay", "--queue-size", "65536"},
+    {"relay", "--queues", "0"},
+    {"relay", "--queues", "17"},  // over kMaxRelayQueues
     {"relay", "--guest-cpu", "4096"},
     {"relay", "--backend-cpu", "-2"},
     {"relay", "--offloads", "maybe"},

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "pvnet/bench/relay_bench.h"
+#include "relay_checks.h"
 
 namespace pvnet::bench {
 namespace {
@@ -45,63 +46,13 @@ const RelayCase kRingRelays[] = {
     {"NapiWeights", {"--tx-mode", "napi", "--no-direct", "--tx-weight", "16", "--rx-weight", "16",
                      "--busyloop-usecs", "20"}},
     {"FreeOnXmitCoalesce", {"--tx-mode", "free-on-xmit", "--tx-frames", "64", "--tx-usecs", "64"}},
+    {"NapiDirectQueues2", {"--tx-mode", "napi", "--at-rx", "--direct", "--queues", "2"}},
 };
 
 std::vector<RelayCase> all_relays() {
     std::vector<RelayCase> v{kPlain};
     v.insert(v.end(), std::begin(kRingRelays), std::end(kRingRelays));
     return v;
-}
-
-/// The value of `key=` in a relay's counters line (its last occurrence).
-std::optional<uint64_t> counter(const std::string& out, const std::string& key) {
-    const std::size_t at = out.rfind(" " + key + "=");
-    if (at == std::string::npos) return std::nullopt;
-    return std::stoull(out.substr(at + key.size() + 2));
-}
-
-/// After a run: frames in = frames out + drops by reason, per direction,
-/// from the relay's final line (DESIGN.md: a packet is never lost silently).
-void expect_frames_accounted(const std::string& out, bool plain) {
-    const std::size_t at = out.rfind("final ");
-    ASSERT_NE(at, std::string::npos) << "no final line: " << out;
-    std::string line(1, ' ');
-    line.append(out, at + 6, std::string::npos);
-    const auto get = [&](const char* k) {
-        const auto v = counter(line, k);
-        EXPECT_TRUE(v.has_value()) << k << " missing: " << line;
-        return v.value_or(0);
-    };
-    if (plain) {
-        for (const char* d : {"g2h", "h2g"}) {
-            const std::string p = d;
-            const auto g = [&](const char* k) { return get((p + k).c_str()); };
-            EXPECT_EQ(g("_reads"), g("_frames") + g("_write_eagain") + g("_write_errors") +
-                                       g("_write_short") + g("_read_truncated"))
-                << d << ": " << line;
-        }
-        return;
-    }
-    // Guest to host. Tap A's frames: queued on the tx ring, or refused.
-    EXPECT_EQ(get("a_read"), get("g2h_queued") + get("g2h_ring_full") + get("g2h_lost")) << line;
-    // The ring drained at stop: every chain queued was consumed by the backend.
-    EXPECT_EQ(get("g2h_in_flight"), 0u) << line;
-    EXPECT_EQ(get("g2h_queued"), get("g2h_frames") + get("g2h_bad_chain") + get("g2h_port_drops"))
-        << line;
-    // What the backend handed tap B: written, or rejected by it (its errno).
-    EXPECT_EQ(get("g2h_frames"), get("b_written")) << line;
-    EXPECT_EQ(get("g2h_port_drops"), get("b_write_drops")) << line;
-    EXPECT_EQ(get("g2h_retry"), get("b_write_retry")) << line;
-    // Host to guest. Tap B's frames read (b_read + b_read_drops): each one
-    // delivered (b_read) is in guest buffers.
-    EXPECT_EQ(get("b_read"), get("h2g_delivered")) << line;
-    EXPECT_EQ(get("h2g_in_flight"), 0u) << line;
-    // The guest's rx_pkts (h2g_frames) counts short used entries too.
-    EXPECT_EQ(get("h2g_frames") - get("h2g_bad_len"), get("h2g_delivered")) << line;
-    EXPECT_EQ(get("h2g_delivered"), get("a_written") + get("a_write_drops") + get("a_full") +
-                                        get("h2g_lost") + get("h2g_length_errors"))
-        << line;
-    EXPECT_EQ(get("broken"), 0u) << line;
 }
 
 class RelayPath : public ::testing::TestWithParam<RelayCase> {

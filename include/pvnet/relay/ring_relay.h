@@ -14,6 +14,14 @@
 // only have a few packets in the batch"): instead of kicking an idle
 // worker, the guest thread runs the backend's tx processing itself
 // (VhostNet::process_tx_now, a try-lock on the tx queue).
+//
+// Queues (issue 12): with queues = N > 1 both taps are IFF_MULTI_QUEUE with
+// N queues each, the device has N queue pairs, and pair i joins tap A's
+// queue i to tap B's queue i: guest thread i serves frontend pair i and
+// tap A queue i, the backend's one worker serves every pair, pair i on tap
+// B queue i. tun spreads the flows over its queues (tun_automq_select_queue:
+// by flow hash, or the queue a flow's last frame was written on), so a
+// flow stays on one pair both ways.
 #pragma once
 
 #include <sys/uio.h>
@@ -25,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "pvnet/backend/vhost_net.h"
 #include "pvnet/pair/guest_pair.h"
@@ -52,7 +61,21 @@ struct RingRelayConfig {
     /// After a direct transmit the guest spins on rx this long for the
     /// answer (0: only busy_poll_usecs applies).
     uint32_t direct_spin_usecs = 0;
+    /// Queue pairs, 1..kMaxRelayQueues; more than one: both taps multi-queue.
+    uint16_t queues = 1;
+    /// Guest thread i runs on (guest_cpu + i) mod the online CPUs, the
+    /// worker on backend_cpu (-1: any).
     int guest_cpu = -1, backend_cpu = -1;
+};
+
+inline constexpr uint16_t kMaxRelayQueues = 16;
+
+/// One queue pair's share of RingRelayCounters (the same meanings).
+struct RingRelayQueueCounters {
+    uint64_t a_to_b_pkts = 0, a_to_b_bytes = 0;
+    uint64_t b_to_a_pkts = 0, b_to_a_bytes = 0;
+    uint64_t kicks = 0, interrupts = 0;
+    uint64_t a_read = 0, b_read = 0;  ///< frames read from this queue of tap A / tap B
 };
 
 /// A snapshot of the relay's counters (monotonic; the caller takes deltas).
@@ -97,6 +120,9 @@ struct RingRelayCounters {
     uint64_t a_written = 0;         ///< tap A tx_pkts
     uint64_t a_write_drops = 0;     ///< tap A tx_drops()
     uint64_t a_full = 0;            ///< tap A had no room (Retry): a counted drop
+
+    /// Per queue pair, pair i at [i]; the totals above are their sums.
+    std::vector<RingRelayQueueCounters> queues;
 };
 
 class RingRelay {
@@ -104,66 +130,80 @@ public:
     static Result<std::unique_ptr<RingRelay>, std::string> create(const RingRelayConfig& cfg);
     ~RingRelay() { stop(); }
 
-    /// Starts the worker and the guest thread; the guest asks for the
+    /// Starts the worker and the guest threads; the guest asks for the
     /// configured coalescing first.
     Status<std::string> start();
-    /// Stops and joins both threads (idempotent). First the guest stops
-    /// reading tap A and waits (at most kDrainMs) until the backend has
-    /// consumed every chain it queued; after the worker stopped, what it
-    /// left on the rx used ring is written to tap A.
+    /// Stops and joins every thread (idempotent). First each guest thread
+    /// stops reading its tap A queue and waits (at most kDrainMs) until the
+    /// backend has consumed every chain it queued on its pair; after the
+    /// worker stopped, what it left on each pair's rx used ring is written
+    /// to that pair's tap A queue.
     void stop() noexcept;
     static constexpr int kDrainMs = 1000;
     /// From any thread while the relay runs (the relay command's stats
     /// loop): it reads only Counters and relaxed atomics (the queues'
     /// broken(), the device's status()).
-    RingRelayCounters counters() const noexcept;
+    RingRelayCounters counters() const;
 
-    /// What counters() reads. While the relay runs, the guest thread owns
-    /// guest() and tap_a(), the worker backend() and tap_b(): other threads
-    /// may read their Counter stats and broken() only, nothing plain.
-    const frontend::QueuePair& guest() const noexcept { return tb_.fe().queue_pair(0); }
+    uint16_t queues() const noexcept { return static_cast<uint16_t>(queues_.size()); }
+    /// What counters() reads. While the relay runs, guest thread i owns
+    /// guest(i) and tap_a(i), the worker backend() and every tap_b(i):
+    /// other threads may read their Counter stats and broken() only.
+    const frontend::QueuePair& guest(uint16_t i = 0) const noexcept {
+        return tb_.fe().queue_pair(i);
+    }
     const backend::VhostNet<port::TapPort>& backend() const noexcept { return *dev_; }
-    const port::TapPort& tap_a() const noexcept { return *tap_a_; }
-    const port::TapPort& tap_b() const noexcept { return *tap_b_; }
+    const port::TapPort& tap_a(uint16_t i = 0) const noexcept { return *queues_[i]->tap_a; }
+    const port::TapPort& tap_b(uint16_t i = 0) const noexcept { return *tap_b_[i]; }
 
 private:
-    RingRelay() = default;
-    void guest_loop() noexcept;
-    /// Tap A → tx ring, up to a NAPI budget; returns packets queued.
-    uint32_t guest_xmit() noexcept;
-    /// One received packet into tap A (the rx NAPI sink).
-    bool deliver_rx(std::span<const frontend::RxPiece> pieces) noexcept;
-    /// Chains queued on tx the backend has not consumed.
-    uint64_t tx_in_flight() const noexcept;
-
-    RingRelayConfig cfg_;
-    pair::GuestPair tb_;
-    std::unique_ptr<port::TapPort> tap_a_, tap_b_;
-    std::unique_ptr<backend::VhostNet<port::TapPort>> dev_;
-    /// Tap A's kernel does its own socket accounting; the relay's one flow
-    /// never waits for credit, it only gives xmit its queue-stop logic.
-    std::unique_ptr<frontend::Flow> flow_;
-    std::thread guest_thread_;
-    std::atomic<bool> stop_{false};
-    std::atomic<bool> draining_{false};  ///< stop(): no more reads from tap A
-    bool started_ = false;
-    Counter gso_tx_, gso_rx_;  ///< guest thread: GSO frames read from / written to tap A
-    Counter lost_;             ///< frames read from tap A that the queue refused
-    Counter lost_rx_;          ///< rx packets of more pieces than rx_iov_ holds
-    Counter max_tx_frame_;     ///< largest frame read from tap A
-    Counter tap_a_full_;       ///< frames for tap A it had no room for (Retry)
-    bool tap_a_gone_ = false;  ///< guest thread: tap A's fd reported an error
-
     /// Guest buffer slots: a page each, hdr + frame (mergeable on rx).
     static constexpr uint32_t kSlotBytes = 4096;
     static constexpr uint32_t kMaxPieces =
         (frontend::kMaxPacketBytes + kSlotBytes - 1) / kSlotBytes;
+
+    /// Queue pair `index` as its guest thread sees it: tap A's queue, the
+    /// thread's scratch and its counters (written by that thread only).
+    struct GuestQueue {
+        RingRelay* relay = nullptr;
+        uint16_t index = 0;
+        std::unique_ptr<port::TapPort> tap_a;
+        /// Tap A's kernel does its own socket accounting; the relay's one
+        /// flow per queue never waits for credit, it only gives xmit its
+        /// queue-stop logic.
+        std::unique_ptr<frontend::Flow> flow;
+        std::thread thread;
+        Counter gso_tx, gso_rx;  ///< GSO frames read from / written to tap A
+        Counter lost;            ///< frames read from tap A that the queue refused
+        Counter lost_rx;         ///< rx packets of more pieces than rx_iov holds
+        Counter max_tx_frame;    ///< largest frame read from tap A
+        Counter tap_a_full;      ///< frames for tap A it had no room for (Retry)
+        bool tap_a_gone = false; ///< tap A's fd reported an error
+        std::array<uint32_t, kMaxPieces> tx_ids{};
+        std::array<iovec, kMaxPieces> tx_iov{};
+        std::array<frontend::TxPiece, kMaxPieces> tx_pieces{};
+        /// rx pieces: at most a ring's worth (mergeable num_buffers is bounded by it).
+        std::array<iovec, 1024> rx_iov{};
+    };
+
+    RingRelay() = default;
+    void guest_loop(GuestQueue& q) noexcept;
+    /// Tap A → tx ring, up to a NAPI budget; returns packets queued.
+    uint32_t guest_xmit(GuestQueue& q) noexcept;
+    /// One received packet into tap A (the rx NAPI sink).
+    bool deliver_rx(GuestQueue& q, std::span<const frontend::RxPiece> pieces) noexcept;
+    /// Chains queued on pair i's tx the backend has not consumed.
+    uint64_t tx_in_flight(uint16_t i) const noexcept;
+
+    RingRelayConfig cfg_;
+    pair::GuestPair tb_;
+    std::vector<std::unique_ptr<GuestQueue>> queues_;
+    std::vector<std::unique_ptr<port::TapPort>> tap_b_;
+    std::unique_ptr<backend::VhostNet<port::TapPort>> dev_;
+    std::atomic<bool> stop_{false};
+    std::atomic<bool> draining_{false};  ///< stop(): no more reads from tap A
+    bool started_ = false;
     uint32_t max_pieces_ = 1;
-    std::array<uint32_t, kMaxPieces> tx_ids_{};
-    std::array<iovec, kMaxPieces> tx_iov_{};
-    std::array<frontend::TxPiece, kMaxPieces> tx_pieces_{};
-    /// rx pieces: at most a ring's worth (mergeable num_buffers is bounded by it).
-    std::array<iovec, 1024> rx_iov_{};
 };
 
 }  // namespace pvnet::relay
