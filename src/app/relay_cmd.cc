@@ -226,6 +226,7 @@ void run_ring(const RelayOptions& o) {
     cfg.rx_coalesce = o.backend.rx_coalesce();
     cfg.tx_coalesce = o.backend.tx_coalesce();
     cfg.busyloop_usecs = o.backend.busyloop_usecs;
+    cfg.workers = o.backend.workers;
     cfg.tx_weight = o.backend.tx();
     cfg.rx_weight = o.backend.rx();
     cfg.direct = o.direct;

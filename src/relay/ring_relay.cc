@@ -90,6 +90,7 @@ Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRela
     bo.rx_weight = cfg.rx_weight;
     bo.tx_weight = cfg.tx_weight;
     bo.busyloop_usecs = cfg.busyloop_usecs;
+    bo.workers = cfg.workers;
     std::vector<port::TapPort*> ports;
     for (const auto& t : r->tap_b_) ports.push_back(t.get());
     auto dev = backend::VhostNet<port::TapPort>::create(bo, std::span<port::TapPort* const>(ports));

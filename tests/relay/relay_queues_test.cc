@@ -49,7 +49,8 @@ TEST(RelayQueues, UdpFlowsCrossBothQueuesBothWays) {
     ASSERT_EQ(geteuid(), 0u) << "relay tests need root (CAP_NET_ADMIN) to create network "
                                 "namespaces and taps; run them as root";
     lab::remove_stale_netns(kRelayNetnsPrefix);
-    const RelayVariant v{"Queues2", false, {"--queues", "2"}};
+    // One backend worker per pair (--workers 0); relay_test's NapiDirectQueues2 has one for both.
+    const RelayVariant v{"Queues2", false, {"--queues", "2", "--workers", "0"}};
     std::string tag = "q";
     tag += std::to_string(getpid());
     tag += "-0";

@@ -56,6 +56,7 @@ struct RingRelayConfig {
     /// Asked for by the guest over the control queue (NOTF_COAL) at start.
     notify::CoalesceParams rx_coalesce, tx_coalesce;
     uint32_t busyloop_usecs = 0;  ///< backend
+    uint16_t workers = 1;         ///< backend workers (VhostNetOptions::workers; 0: one per pair)
     bool direct = false;          ///< the direct path
     uint32_t direct_max = 4;      ///< ... for batches of at most this many packets
     /// After a direct transmit the guest spins on rx this long for the
