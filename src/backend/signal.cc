@@ -92,10 +92,19 @@ void NetDevice::do_ctrl() noexcept {
     ctrl_pending_ = false;
     if (!ctrl_) return;
     const bool more = ctrl_->handle([this](const CtrlCommand& c) noexcept {
-        if (c.op == CtrlCommand::Op::NotfCoalRxSet) {
-            apply_coalesce(c.coal, std::nullopt);
-        } else {
-            apply_coalesce(std::nullopt, c.coal);
+        switch (c.op) {
+            case CtrlCommand::Op::NotfCoalRxSet: apply_coalesce(c.coal, std::nullopt); break;
+            case CtrlCommand::Op::NotfCoalTxSet: apply_coalesce(std::nullopt, c.coal); break;
+            // Rule (5.1.6.5.5): once the command is used, no frame goes to
+            // a receive queue beyond the pairs set; the ack follows apply.
+            case CtrlCommand::Op::MqVqPairsSet:
+                rx_steer_->set_active_pairs(c.pairs);
+                sync_active_pairs();
+                break;
+            case CtrlCommand::Op::MqRssConfig:
+                rx_steer_->set_rss(c.rss);
+                sync_active_pairs();
+                break;
         }
     });
     if (more) ctrl_pending_ = true;  // behind the datapath work already queued
