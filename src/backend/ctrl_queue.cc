@@ -1,7 +1,7 @@
 // The control virtqueue's device side: the command parser and the per-chain
 // steps of CtrlQueue::handle (VIRTIO 1.2 5.1.6.5 "Control Virtqueue",
-// 5.1.6.5.5 "Automatic receive steering in multiqueue mode", 5.1.6.5.7
-// "Receive-side scaling", 5.1.6.5.9 "Notifications Coalescing"; QEMU
+// "Automatic receive steering in multiqueue mode", "Receive-side scaling
+// (RSS)", 5.1.6.5.9 "Notifications Coalescing"; QEMU
 // virtio_net_handle_ctrl_iov, virtio_net_handle_mq, virtio_net_handle_rss).
 #include "pvnet/backend/ctrl_queue.h"
 
@@ -63,7 +63,7 @@ Result<CtrlCommand, CtrlError> parse_notf_coal(const Raw& raw, std::size_t total
 
 Result<CtrlCommand, CtrlError> parse_mq(const Raw& raw, std::size_t total, uint8_t cmd,
                                         const CtrlFeatures& f, net::RssError* rss_why) noexcept {
-    // Rule (5.1.6.5.5): the class exists with VIRTIO_NET_F_MQ or _RSS; each
+    // Rule: the class exists with VIRTIO_NET_F_MQ or _RSS; each
     // command with its own feature.
     if (!f.mq && !f.rss) return unexpected(CtrlError::NotNegotiated);
     CtrlCommand c;
@@ -73,7 +73,7 @@ Result<CtrlCommand, CtrlError> parse_mq(const Raw& raw, std::size_t total, uint8
         virtio::virtio_net_ctrl_mq mq{};
         std::memcpy(&mq, raw.data() + sizeof(Hdr), sizeof mq);
         const uint16_t n = mq.virtqueue_pairs.get();
-        // Rule (5.1.6.5.5.1): VIRTIO_NET_CTRL_MQ_VQ_PAIRS_MIN..MAX and no
+        // Rule ("Automatic receive steering"): VIRTIO_NET_CTRL_MQ_VQ_PAIRS_MIN..MAX and no
         // more than max_virtqueue_pairs (QEMU's range check).
         if (n < virtio::VIRTIO_NET_CTRL_MQ_VQ_PAIRS_MIN ||
             n > virtio::VIRTIO_NET_CTRL_MQ_VQ_PAIRS_MAX || n > f.max_pairs) {

@@ -112,7 +112,7 @@ void NetDevice::hoist_features() noexcept {
     rx_gso_ = virtio::has_feature(features_, virtio::VIRTIO_NET_F_GUEST_TSO4) ||
               virtio::has_feature(features_, virtio::VIRTIO_NET_F_GUEST_TSO6) ||
               virtio::has_feature(features_, virtio::VIRTIO_NET_F_GUEST_UFO);
-    // Rule (5.1.6.5.5): a driver with a control queue starts on one pair
+    // Rule (multiqueue steering): a driver with a control queue starts on one pair
     // (with MQ until VQ_PAIRS_SET; without, it has no other). Without one,
     // whoever emulates it (QEMU over vhost-user) enables the vrings in use.
     rx_steer_->reset(virtio::has_feature(features_, virtio::VIRTIO_NET_F_CTRL_VQ) ? 1 : max_pairs());

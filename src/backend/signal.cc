@@ -95,7 +95,7 @@ void NetDevice::do_ctrl() noexcept {
         switch (c.op) {
             case CtrlCommand::Op::NotfCoalRxSet: apply_coalesce(c.coal, std::nullopt); break;
             case CtrlCommand::Op::NotfCoalTxSet: apply_coalesce(std::nullopt, c.coal); break;
-            // Rule (5.1.6.5.5): once the command is used, no frame goes to
+            // Rule (multiqueue steering): once the command is used, no frame goes to
             // a receive queue beyond the pairs set; the ack follows apply.
             case CtrlCommand::Op::MqVqPairsSet:
                 rx_steer_->set_active_pairs(c.pairs);

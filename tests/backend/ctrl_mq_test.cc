@@ -1,5 +1,5 @@
-// VIRTIO_NET_CTRL_MQ on the device (VIRTIO 1.2 5.1.6.5.5, 5.1.6.5.7): a
-// NetDevice whose control ring the test drives by hand (VQ_PAIRS_SET in
+// VIRTIO_NET_CTRL_MQ on the device (VIRTIO 1.2 multiqueue steering and
+// RSS): a NetDevice whose control ring the test drives by hand (VQ_PAIRS_SET in
 // and out of range, hostile RSS_CONFIGs: ERR acks, counters by reason, the
 // steering left as it was), the feature rules (RSS needs CTRL_VQ, MQ/RSS a
 // device of more than one pair, the pairs in use by default and after

@@ -1,5 +1,5 @@
 // The control virtqueue carrying VIRTIO_NET_CTRL_NOTF_COAL and
-// VIRTIO_NET_CTRL_MQ (VIRTIO 1.2 5.1.6.5, 5.1.6.5.5, 5.1.6.5.7, 5.1.6.5.9):
+// VIRTIO_NET_CTRL_MQ (VIRTIO 1.2 5.1.6.5: multiqueue steering, RSS, 5.1.6.5.9):
 // the parser over a table of good and bad commands
 // (also split across iovecs, as ANY_LAYOUT allows); CtrlQueue on hostile
 // chains (no ack byte, ack in the readable part, unmapped buffer: counted,

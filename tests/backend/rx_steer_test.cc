@@ -1,5 +1,5 @@
-// RxSteer, the device's receive steering state (VIRTIO 1.2 5.1.6.5.5,
-// 5.1.6.5.7): the pairs in use and where a frame goes without and with RSS
+// RxSteer, the device's receive steering state (VIRTIO 1.2 multiqueue
+// steering and RSS): the pairs in use and where a frame goes without and with RSS
 // (net::select_rx_queue, modulo the pairs in use as QEMU), the control
 // side's clamps, and a reader steering while the control side flips
 // snapshots (label threads: the TSan build runs it).

@@ -1,5 +1,5 @@
 // Fuzz target: parse_ctrl_command, the control virtqueue's command parser
-// (VIRTIO 1.2 5.1.6.5 "Control Virtqueue", 5.1.6.5.5 multiqueue, 5.1.6.5.7
+// (VIRTIO 1.2 5.1.6.5 "Control Virtqueue", multiqueue steering,
 // RSS, 5.1.6.5.9 "Notifications Coalescing"; STYLE.md §11 "Fuzz").
 //
 // Input, read front to back (missing bytes read as zero):

@@ -2,7 +2,8 @@
 // 5.1.6.5 "Control Virtqueue"; QEMU's virtio_net_handle_ctrl). Each chain
 // is a command: a device-readable virtio_net_ctrl_hdr and command-specific
 // data, then a device-writable ack byte. pvnet serves the multiqueue class
-// (5.1.6.5.5/5.1.6.5.7: VQ_PAIRS_SET with VIRTIO_NET_F_MQ, RSS_CONFIG with
+// ("Automatic receive steering in multiqueue mode", "Receive-side scaling
+// (RSS)": VQ_PAIRS_SET with VIRTIO_NET_F_MQ, RSS_CONFIG with
 // VIRTIO_NET_F_RSS; HASH_CONFIG is not offered) and the notification
 // coalescing class (5.1.6.5.9, VIRTIO_NET_F_NOTF_COAL); anything else is
 // answered VIRTIO_NET_ERR.

@@ -20,7 +20,7 @@
 // watching its kick and, for an rx vring, its port's fd, and keeps serving
 // every other vring.
 //
-// Queue pairs in use (VIRTIO 1.2 5.1.6.5.5). With VIRTIO_NET_F_CTRL_VQ the
+// Queue pairs in use (VIRTIO 1.2 multiqueue steering). With VIRTIO_NET_F_CTRL_VQ the
 // driver starts on pair 0 alone and widens with VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET
 // or RSS_CONFIG (max_tx_vq); without it (vhost-user: QEMU emulates the
 // control queue and enables the vrings itself) every pair is in use. The

@@ -1,6 +1,6 @@
-// RxSteer: the device's receive steering state (VIRTIO 1.2 5.1.6.5.5
-// "Automatic receive steering in multiqueue mode", 5.1.6.5.7 "Receive-side
-// scaling"): how many queue pairs the driver uses (VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET)
+// RxSteer: the device's receive steering state (VIRTIO 1.2 "Automatic
+// receive steering in multiqueue mode", "Receive-side scaling (RSS)"): how
+// many queue pairs the driver uses (VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET)
 // and, once it sent VIRTIO_NET_CTRL_MQ_RSS_CONFIG, the RSS configuration
 // that picks a received frame's queue.
 //
