@@ -87,8 +87,7 @@ Result<CtrlCommand, CtrlError> parse_mq(const Raw& raw, std::size_t total, uint8
         if (!f.rss) return unexpected(CtrlError::NotNegotiated);
         const std::size_t len = total - sizeof(Hdr);
         const std::size_t copied = std::min(len, raw.size() - sizeof(Hdr));
-        auto cfg = net::parse_rss_config(
-            {raw.data() + sizeof(Hdr), copied}, f.max_pairs);
+        auto cfg = net::parse_rss_config({raw.data() + sizeof(Hdr), copied}, f.max_pairs);
         // Longer than any valid config: what parsing it whole would say. The
         // first kRssConfigMaxBytes give every verdict but the length's, and
         // the length's, past them, is always TrailingBytes.
@@ -142,9 +141,11 @@ Result<CtrlCommand, CtrlError> parse_ctrl_command(std::span<const iovec> readabl
     Hdr hdr{};
     if (total < sizeof hdr) return unexpected(CtrlError::ShortHeader);
     std::memcpy(&hdr, raw.data(), sizeof hdr);
-    if (hdr.class_ == virtio::VIRTIO_NET_CTRL_NOTF_COAL) return parse_notf_coal(raw, total, hdr.cmd, f);
-    if (hdr.class_ == virtio::VIRTIO_NET_CTRL_MQ) return parse_mq(raw, total, hdr.cmd, f, rss_why);
-    return unexpected(CtrlError::UnknownClass);
+    switch (hdr.class_) {
+        case virtio::VIRTIO_NET_CTRL_NOTF_COAL: return parse_notf_coal(raw, total, hdr.cmd, f);
+        case virtio::VIRTIO_NET_CTRL_MQ: return parse_mq(raw, total, hdr.cmd, f, rss_why);
+        default: return unexpected(CtrlError::UnknownClass);
+    }
 }
 
 NotfCoalClamps clamp_notf_coal(notify::CoalesceParams& p) noexcept {

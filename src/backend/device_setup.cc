@@ -115,7 +115,8 @@ void NetDevice::hoist_features() noexcept {
     // Rule (multiqueue steering): a driver with a control queue starts on one pair
     // (with MQ until VQ_PAIRS_SET; without, it has no other). Without one,
     // whoever emulates it (QEMU over vhost-user) enables the vrings in use.
-    rx_steer_->reset(virtio::has_feature(features_, virtio::VIRTIO_NET_F_CTRL_VQ) ? 1 : max_pairs());
+    const bool ctrl_vq = virtio::has_feature(features_, virtio::VIRTIO_NET_F_CTRL_VQ);
+    rx_steer_->reset(ctrl_vq ? 1 : max_pairs());
     sync_active_pairs();
 }
 

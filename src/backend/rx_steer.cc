@@ -16,8 +16,7 @@ namespace pvnet::backend {
 // epoch one flip ago and bumped the counter the last wait no longer watched.
 class RxSteer::Hold {
 public:
-    explicit Hold(const RxSteer& s) noexcept
-        : ctr_(s.readers_[s.epoch_.load() & 1u]) {
+    explicit Hold(const RxSteer& s) noexcept : ctr_(s.readers_[s.epoch_.load() & 1u]) {
         ctr_.fetch_add(1);
         state_ = s.cur_.load();
     }

@@ -1,7 +1,7 @@
 // Guest-side control virtqueue (VIRTIO 1.2 5.1.6.5 "Control Virtqueue",
-// multiqueue steering, RSS, 5.1.6.5.9 "Notifications
-// Coalescing"), as Linux virtnet_send_command, virtnet_set_queues,
-// virtnet_commit_rss_command and virtnet_send_notf_coal_cmds: one command in flight at a time, laid out as
+// multiqueue steering, RSS, 5.1.6.5.9 "Notifications Coalescing"), as
+// Linux virtnet_send_command, virtnet_set_queues, virtnet_commit_rss_command
+// and virtnet_send_notf_coal_cmds: one command in flight at a time, laid out as
 // a readable header, readable data and a writable ack byte. Unlike Linux's
 // spin, the wait for the ack is bounded: a silent device gives CtrlTimeout.
 #include <array>

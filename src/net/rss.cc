@@ -232,7 +232,8 @@ std::size_t serialize_rss_config(const RssConfig& cfg,
         out[n++] = static_cast<uint8_t>(v >> 8);
     };
     // Our own config: the caps keep a malformed one inside `out`.
-    const uint16_t table_len = std::clamp<uint16_t>(cfg.table_len, 1, v::VIRTIO_NET_RSS_MAX_TABLE_LEN);
+    const uint16_t table_len =
+        std::clamp<uint16_t>(cfg.table_len, 1, v::VIRTIO_NET_RSS_MAX_TABLE_LEN);
     const uint8_t key_len = std::min<uint8_t>(cfg.key_len, v::VIRTIO_NET_RSS_MAX_KEY_SIZE);
     le16(static_cast<uint16_t>(cfg.hash_types & 0xffffu));
     le16(static_cast<uint16_t>(cfg.hash_types >> 16));

@@ -103,7 +103,9 @@ public:
         std::byte* ack = mem_.guest_host(mem::GuestAddr(gpa + kAckOff));
         *ack = std::byte{0xff};
         std::vector<ring::Buf> out{{mem::GuestAddr(gpa), 2}};
-        if (cmd.size() > 2) out.push_back({mem::GuestAddr(gpa + 2), static_cast<uint32_t>(cmd.size() - 2)});
+        if (cmd.size() > 2) {
+            out.push_back({mem::GuestAddr(gpa + 2), static_cast<uint32_t>(cmd.size() - 2)});
+        }
         const ring::Buf in{mem::GuestAddr(gpa + kAckOff), 1};
         if (drv_->add(out, std::span<const ring::Buf>(&in, 1), next_) != ring::AddStatus::Ok) {
             throw std::logic_error("add");
@@ -183,10 +185,11 @@ TEST(CtrlMq, CommandsOfAFeatureNotNegotiatedAreErr) {
     EXPECT_EQ(rss_only.send(pairs_set(2)), v::VIRTIO_NET_ERR);
     EXPECT_EQ(rss_only.cstats().cmds_err.get(CtrlError::NotNegotiated), 1u);
     EXPECT_EQ(rss_only.dev().rx_steer().active_pairs(), 1);
-    EXPECT_EQ(rss_only.send(rss_config(net::serialize_rss_config(rss_cfg(4, 2)))), v::VIRTIO_NET_OK);
+    const std::vector<uint8_t> wire = net::serialize_rss_config(rss_cfg(4, 2));
+    EXPECT_EQ(rss_only.send(rss_config(wire)), v::VIRTIO_NET_OK);
     // MQ without RSS: the other way round.
     MqBench mq_only(kMqFeatures & ~v::feature_mask(v::VIRTIO_NET_F_RSS));
-    EXPECT_EQ(mq_only.send(rss_config(net::serialize_rss_config(rss_cfg(4, 2)))), v::VIRTIO_NET_ERR);
+    EXPECT_EQ(mq_only.send(rss_config(wire)), v::VIRTIO_NET_ERR);
     EXPECT_EQ(mq_only.cstats().cmds_err.get(CtrlError::NotNegotiated), 1u);
     EXPECT_FALSE(mq_only.dev().rx_steer().rss_enabled());
     EXPECT_EQ(mq_only.send(pairs_set(2)), v::VIRTIO_NET_OK);
@@ -203,8 +206,14 @@ TEST(CtrlMq, HostileRssConfigsAreErrCountedByReasonAndLeaveSteeringAsItWas) {
     ASSERT_TRUE(s.rss_enabled());
     EXPECT_EQ(s.active_pairs(), 3) << "max_tx_vq";
     EXPECT_EQ(b.cstats().rss_configs.get(), 1u);
-    std::vector<uint16_t> before;
-    for (uint16_t port = 2000; port < 2032; ++port) before.push_back(s.steer(udp4_frame(port, 7)).queue);
+    auto steering = [&] {
+        std::vector<uint16_t> q;
+        for (uint16_t port = 2000; port < 2032; ++port) {
+            q.push_back(s.steer(udp4_frame(port, 7)).queue);
+        }
+        return q;
+    };
+    const std::vector<uint16_t> before = steering();
 
     auto with = [&](std::size_t at, uint8_t x) {
         std::vector<uint8_t> d = wire;
@@ -236,9 +245,7 @@ TEST(CtrlMq, HostileRssConfigsAreErrCountedByReasonAndLeaveSteeringAsItWas) {
     // Unchanged, unlike QEMU, which turns RSS off for a refused config.
     EXPECT_TRUE(s.rss_enabled());
     EXPECT_EQ(s.active_pairs(), 3);
-    std::vector<uint16_t> after;
-    for (uint16_t port = 2000; port < 2032; ++port) after.push_back(s.steer(udp4_frame(port, 7)).queue);
-    EXPECT_EQ(after, before);
+    EXPECT_EQ(steering(), before);
 }
 
 TEST(CtrlMq, VqPairsSetTurnsRssOffAndResetForgetsItAll) {
@@ -252,7 +259,7 @@ TEST(CtrlMq, VqPairsSetTurnsRssOffAndResetForgetsItAll) {
     ASSERT_EQ(b.send(rss_config(net::serialize_rss_config(rss_cfg(4, 4)))), v::VIRTIO_NET_OK);
     b.dev().reset();
     EXPECT_FALSE(b.dev().rx_steer().rss_enabled());
-    EXPECT_EQ(b.dev().rx_steer().active_pairs(), MqBench::kPairs) << "no features: no control queue";
+    EXPECT_EQ(b.dev().rx_steer().active_pairs(), MqBench::kPairs) << "no control queue";
     ASSERT_TRUE(b.dev().configure(b.setup()));
     EXPECT_EQ(b.dev().rx_steer().active_pairs(), 1) << "negotiated again: one pair";
 }

@@ -126,7 +126,9 @@ TEST(RxSteer, ReaderSeesWholeSnapshotsWhileTheControlSideFlips) {
     const auto frame = udp4_frame(4242, 80);
     const net::HashInput in = net::extract_hash_input(frame, net::kRssSupportedHashTypes);
     std::vector<uint32_t> hash_of;
-    for (const auto& c : cfgs) hash_of.push_back(net::toeplitz_hash({c.key.data(), c.key_len}, in.span()));
+    for (const auto& c : cfgs) {
+        hash_of.push_back(net::toeplitz_hash({c.key.data(), c.key_len}, in.span()));
+    }
 
     std::atomic<bool> done{false};
     std::atomic<uint64_t> reads{0}, bad{0}, rss_reads{0};

@@ -87,8 +87,9 @@ struct RssConfig {
 /// The longest valid struct virtio_net_rss_config: the fixed fields, a
 /// table of VIRTIO_NET_RSS_MAX_TABLE_LEN entries, a key of
 /// VIRTIO_NET_RSS_MAX_KEY_SIZE bytes.
-inline constexpr std::size_t kRssConfigMaxBytes =
-    4 + 2 + 2 + 2 * virtio::VIRTIO_NET_RSS_MAX_TABLE_LEN + 2 + 1 + virtio::VIRTIO_NET_RSS_MAX_KEY_SIZE;
+inline constexpr std::size_t kRssConfigMaxBytes = 4 + 2 + 2 +
+                                                  2 * virtio::VIRTIO_NET_RSS_MAX_TABLE_LEN + 2 + 1 +
+                                                  virtio::VIRTIO_NET_RSS_MAX_KEY_SIZE;
 
 /// Parses the command-specific data of VIRTIO_NET_CTRL_MQ_RSS_CONFIG (struct
 /// virtio_net_rss_config: le32 hash_types; le16 indirection_table_mask; le16
