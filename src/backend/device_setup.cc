@@ -81,6 +81,8 @@ Status<DeviceError> NetDevice::init(std::span<const PortFds> ports,
         pairs_.push_back(std::move(p));
     }
     for (auto& w : workers_) w->round_work.assign(w->pairs.size(), 0);
+    rx_steer_.emplace(max_pairs());
+    rx_active_pairs_ = max_pairs();
     return {};
 }
 
@@ -144,12 +146,36 @@ void NetDevice::hoist_features() noexcept {
     rx_gso_ = virtio::has_feature(features_, virtio::VIRTIO_NET_F_GUEST_TSO4) ||
               virtio::has_feature(features_, virtio::VIRTIO_NET_F_GUEST_TSO6) ||
               virtio::has_feature(features_, virtio::VIRTIO_NET_F_GUEST_UFO);
+    // Rule (multiqueue steering): a driver with a control queue starts on one pair
+    // (with MQ until VQ_PAIRS_SET; without, it has no other). Without one,
+    // whoever emulates it (QEMU over vhost-user) enables the vrings in use.
+    const bool ctrl_vq = virtio::has_feature(features_, virtio::VIRTIO_NET_F_CTRL_VQ);
+    rx_steer_->reset(ctrl_vq ? 1 : max_pairs());
+    sync_active_pairs();
+}
+
+bool NetDevice::features_ok(uint64_t features) const noexcept {
+    if ((features & ~offered_features()) != 0) return false;
+    // Rule (5.1.3.1): VIRTIO_NET_F_RSS requires VIRTIO_NET_F_CTRL_VQ.
+    return !virtio::has_feature(features, virtio::VIRTIO_NET_F_RSS) ||
+           virtio::has_feature(features, virtio::VIRTIO_NET_F_CTRL_VQ);
+}
+
+void NetDevice::sync_active_pairs() noexcept {
+    const uint16_t n = rx_steer_->active_pairs();
+    if (n == rx_active_pairs_) return;
+    rx_active_pairs_ = n;
+    for (auto& p : pairs_) {
+        sync_port_watch(*p);
+        // Frames may be waiting on a port that was not watched.
+        if (rx_serving(*p) && workers_[p->worker]->thread.joinable()) p->pending |= kRxWork;
+    }
 }
 
 Status<DeviceError> NetDevice::set_features(uint64_t features) noexcept {
     const auto lock = lock_control();
     if (!all_stopped()) return unexpected(DeviceError::Running);
-    if ((features & ~opt_.offered_features) != 0) return unexpected(DeviceError::BadFeatures);
+    if (!features_ok(features)) return unexpected(DeviceError::BadFeatures);
     if (!apply_port_features(features)) return unexpected(DeviceError::PortRefused);
     features_ = features;
     hoist_features();
@@ -213,6 +239,7 @@ Status<DeviceError> NetDevice::start_locked(uint16_t i) noexcept {
         cc.ring.addrs = ctrl_setup_.addrs;
         cc.ring.features = features_;
         cc.ring.last_avail_idx = ring::RingIdx(ctrl_setup_.base.last_avail_idx);
+        cc.max_pairs = max_pairs();
         auto c = CtrlQueue::create(*mem_, cc, notify::QueueFds{ctrl_setup_.kick, ctrl_setup_.call});
         if (!c) {
             ctrl_error_ = c.error();
@@ -310,7 +337,7 @@ Result<VringBase, DeviceError> NetDevice::stop_vring(uint16_t i) noexcept {
 Status<DeviceError> NetDevice::configure(const DeviceSetup& s) noexcept {
     const auto lock = lock_control();
     if (!all_stopped()) return unexpected(DeviceError::Running);
-    if ((s.features & ~opt_.offered_features) != 0) return unexpected(DeviceError::BadFeatures);
+    if (!features_ok(s.features)) return unexpected(DeviceError::BadFeatures);
     if (s.mem == nullptr) return unexpected(DeviceError::NotConfigured);
     const bool ctrl = virtio::has_feature(s.features, virtio::VIRTIO_NET_F_CTRL_VQ);
     if (s.vrings.size() > num_vrings() || s.vrings.size() % 2u != (ctrl ? 1u : 0u) ||

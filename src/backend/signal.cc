@@ -99,6 +99,14 @@ void NetDevice::apply_coalesce_pairs(const Worker& w, std::optional<notify::Coal
     }
 }
 
+void NetDevice::ctrl_sync_active_pairs() noexcept {
+    // do_ctrl runs on worker 0, holding its own mutex; the other workers'
+    // pairs (and rx_active_pairs_, which they read) change under theirs too.
+    ControlLock others;
+    for (std::size_t i = 1; i < workers_.size(); ++i) others.push_back(lock_worker(*workers_[i]));
+    sync_active_pairs();
+}
+
 void NetDevice::handle_ctrl() noexcept {
     const std::lock_guard<std::mutex> lock(workers_[0]->mu);
     do_ctrl();
@@ -108,10 +116,19 @@ void NetDevice::do_ctrl() noexcept {
     ctrl_pending_ = false;
     if (!ctrl_) return;
     const bool more = ctrl_->handle([this](const CtrlCommand& c) noexcept {
-        if (c.op == CtrlCommand::Op::NotfCoalRxSet) {
-            apply_coalesce(*workers_[0], c.coal, std::nullopt);
-        } else {
-            apply_coalesce(*workers_[0], std::nullopt, c.coal);
+        switch (c.op) {
+            case CtrlCommand::Op::NotfCoalRxSet: apply_coalesce(*workers_[0], c.coal, std::nullopt); break;
+            case CtrlCommand::Op::NotfCoalTxSet: apply_coalesce(*workers_[0], std::nullopt, c.coal); break;
+            // Rule (multiqueue steering): once the command is used, no frame goes to
+            // a receive queue beyond the pairs set; the ack follows apply.
+            case CtrlCommand::Op::MqVqPairsSet:
+                rx_steer_->set_active_pairs(c.pairs);
+                ctrl_sync_active_pairs();
+                break;
+            case CtrlCommand::Op::MqRssConfig:
+                rx_steer_->set_rss(c.rss);
+                ctrl_sync_active_pairs();
+                break;
         }
     });
     if (more) ctrl_pending_ = true;  // behind the datapath work already queued

@@ -64,7 +64,7 @@ void NetDevice::do_tx(Pair& p) noexcept {
 
 void NetDevice::do_rx(Pair& p) noexcept {
     p.pending &= ~kRxWork;
-    if (!p.rx.running() || p.port_dead) return;
+    if (!rx_serving(p)) return;  // not running, port dead, or the pair out of use
     run_rx(p);
     check_broken(p);
 }
@@ -104,7 +104,7 @@ void NetDevice::wait_port_writable(Pair& p) noexcept {
 
 void NetDevice::sync_port_watch(Pair& p) noexcept {
     if (opt_.mode == RunMode::Poll) return;
-    const bool rx_on = p.port_want_rx && p.rx.running() && !p.port_dead;
+    const bool rx_on = p.port_want_rx && rx_serving(p);
     const bool tx_on = p.tx_wait_writable && p.tx.running() && !p.port_dead;
     const bool shared = p.port.tx_fd >= 0 && p.port.tx_fd == p.port.rx_fd;
     // Not wanted at all: out of the epoll set, so an error or hang-up

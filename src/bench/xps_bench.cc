@@ -332,19 +332,17 @@ XpsBenchResult run_xps_bench(const XpsBenchConfig& cfg) noexcept {
                     if (by_txq[q].empty()) continue;
                     frontend::QueuePair& qp = fe.queue_pair(q);
                     std::lock_guard lock(*pair_mu[q]);
+                    qp.free_old_xmit();  // start_xmit's reap (free-on-xmit)
                     for (const Request& r : by_txq[q]) {
                         uint32_t id;
-                        if (!qp.alloc_buf(id) && (qp.free_old_xmit(), !qp.alloc_buf(id))) {
+                        if (!qp.alloc_buf(id)) {
                             no_buf[t]->add();
                             continue;
                         }
                         std::byte* p = qp.buf_host(id);
                         std::memset(p, 0, kHdr);
                         gens[r.flow]->write_frame(r.seq, p + kHdr, qp.buf_bytes() - kHdr);
-                        if (!qp.xmit(id, len)) {
-                            qp.free_buf(id);
-                            no_buf[t]->add();
-                        }
+                        if (!qp.xmit(id, len)) no_buf[t]->add();  // ring full: xmit freed it
                     }
                     qp.tx_flush();
                     by_txq[q].clear();

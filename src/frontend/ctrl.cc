@@ -1,11 +1,14 @@
 // Guest-side control virtqueue (VIRTIO 1.2 5.1.6.5 "Control Virtqueue",
-// 5.1.6.5.9 "Notifications Coalescing"), as Linux virtnet_send_command and
-// virtnet_send_notf_coal_cmds: one command in flight at a time, laid out as
+// multiqueue steering, RSS, 5.1.6.5.9 "Notifications Coalescing"), as
+// Linux virtnet_send_command, virtnet_set_queues, virtnet_commit_rss_command
+// and virtnet_send_notf_coal_cmds: one command in flight at a time, laid out as
 // a readable header, readable data and a writable ack byte. Unlike Linux's
 // spin, the wait for the ack is bounded: a silent device gives CtrlTimeout.
+#include <array>
 #include <cstring>
 
 #include "pvnet/frontend/virtio_net.h"
+#include "pvnet/net/rss.h"
 #include "pvnet/util/clock.h"
 #include "pvnet/virtio/virtio_net.h"
 
@@ -16,8 +19,10 @@ namespace {
 // layout Linux sends (any split of the readable part is legal, ANY_LAYOUT).
 constexpr uint64_t kCmdHdrOff = 0;
 constexpr uint64_t kCmdDataOff = 8;
-constexpr uint64_t kCmdAckOff = 64;
+constexpr uint64_t kCmdAckOff = 512;
 constexpr std::size_t kCmdMaxData = kCmdAckOff - kCmdDataOff;
+// The largest command, RSS_CONFIG, fits; the page is ctrl_area_bytes' 4096.
+static_assert(kCmdMaxData >= net::kRssConfigMaxBytes && kCmdAckOff < 4096);
 
 }  // namespace
 
@@ -37,6 +42,20 @@ Status<FrontendError> VirtioNet::set_coalesce(notify::CoalesceParams rx,
     t.tx_usecs.set(tx.max_usecs);
     return send_command(virtio::VIRTIO_NET_CTRL_NOTF_COAL, virtio::VIRTIO_NET_CTRL_NOTF_COAL_TX_SET,
                         std::as_bytes(std::span(&t, 1)));
+}
+
+Status<FrontendError> VirtioNet::set_queue_pairs(uint16_t n) noexcept {
+    virtio::virtio_net_ctrl_mq mq{};
+    mq.virtqueue_pairs.set(n);
+    return send_command(virtio::VIRTIO_NET_CTRL_MQ, virtio::VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET,
+                        std::as_bytes(std::span(&mq, 1)));
+}
+
+Status<FrontendError> VirtioNet::set_rss(const net::RssConfig& cfg) noexcept {
+    std::array<uint8_t, net::kRssConfigMaxBytes> buf{};
+    const std::size_t len = net::serialize_rss_config(cfg, buf);
+    return send_command(virtio::VIRTIO_NET_CTRL_MQ, virtio::VIRTIO_NET_CTRL_MQ_RSS_CONFIG,
+                        std::as_bytes(std::span(buf).first(len)));
 }
 
 Status<FrontendError> VirtioNet::send_command(uint8_t cls, uint8_t cmd,

@@ -4,7 +4,9 @@
 #include "pvnet/net/rss.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
+#include <cstddef>
 #include <cstring>
 
 #include "pvnet/net/proto.h"
@@ -220,6 +222,34 @@ Result<RssConfig, RssError> parse_rss_config(std::span<const uint8_t> d,
     cfg.key_len = key_len;
     std::copy_n(d.begin() + key_at, key_len, cfg.key.begin());
     return cfg;
+}
+
+std::size_t serialize_rss_config(const RssConfig& cfg,
+                                 std::span<uint8_t, kRssConfigMaxBytes> out) noexcept {
+    std::size_t n = 0;
+    auto le16 = [&](uint16_t v) {
+        out[n++] = static_cast<uint8_t>(v & 0xffu);
+        out[n++] = static_cast<uint8_t>(v >> 8);
+    };
+    // Our own config: the caps keep a malformed one inside `out`.
+    const uint16_t table_len =
+        std::clamp<uint16_t>(cfg.table_len, 1, v::VIRTIO_NET_RSS_MAX_TABLE_LEN);
+    const uint8_t key_len = std::min<uint8_t>(cfg.key_len, v::VIRTIO_NET_RSS_MAX_KEY_SIZE);
+    le16(static_cast<uint16_t>(cfg.hash_types & 0xffffu));
+    le16(static_cast<uint16_t>(cfg.hash_types >> 16));
+    le16(static_cast<uint16_t>(table_len - 1u));  // indirection_table_mask
+    le16(cfg.unclassified_queue);
+    for (uint16_t i = 0; i < table_len; ++i) le16(cfg.table[i]);
+    le16(cfg.max_tx_vq);
+    out[n++] = key_len;
+    std::copy_n(cfg.key.begin(), key_len, out.begin() + static_cast<std::ptrdiff_t>(n));
+    return n + key_len;
+}
+
+std::vector<uint8_t> serialize_rss_config(const RssConfig& cfg) {
+    std::array<uint8_t, kRssConfigMaxBytes> buf{};
+    const std::size_t n = serialize_rss_config(cfg, buf);
+    return {buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n)};
 }
 
 RxSteering select_rx_queue(const RssConfig& cfg, std::span<const uint8_t> frame) noexcept {

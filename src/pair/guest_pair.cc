@@ -86,6 +86,10 @@ uint64_t GuestPair::features(uint64_t offloads) const noexcept {
     if (fc_.indirect_desc) f |= feature_mask(VIRTIO_RING_F_INDIRECT_DESC);
     if (fc_.mergeable_rx) f |= feature_mask(VIRTIO_NET_F_MRG_RXBUF);
     if (fc_.ctrl_vq) f |= feature_mask(VIRTIO_NET_F_CTRL_VQ) | feature_mask(VIRTIO_NET_F_NOTF_COAL);
+    // Steering among the pairs is commanded on the control queue.
+    if (fc_.ctrl_vq && fc_.queue_pairs > 1) {
+        f |= feature_mask(VIRTIO_NET_F_MQ) | feature_mask(VIRTIO_NET_F_RSS);
+    }
     return f;
 }
 

@@ -19,12 +19,15 @@ constexpr uint64_t mq_feature() noexcept { return virtio::feature_mask(virtio::V
 }  // namespace
 
 uint64_t session_features(const backend::NetDevice& dev) noexcept {
+    // The control queue's features: QEMU emulates that queue, so their
+    // commands (RSS_CONFIG among them) would never reach the device.
     const uint64_t ctrl = virtio::feature_mask(virtio::VIRTIO_NET_F_CTRL_VQ) |
-                          virtio::feature_mask(virtio::VIRTIO_NET_F_NOTF_COAL);
+                          virtio::feature_mask(virtio::VIRTIO_NET_F_NOTF_COAL) |
+                          virtio::feature_mask(virtio::VIRTIO_NET_F_RSS);
     // QEMU steers among the pairs (VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET in its own control
     // queue) by enabling vrings; the device only serves the vrings it is given.
     const uint64_t mq = dev.max_pairs() > 1 ? mq_feature() : 0;
-    return (dev.offered_features() & ~ctrl) | mq | bit(kFProtocolFeatures);
+    return (dev.offered_features() & ~(ctrl | mq_feature())) | mq | bit(kFProtocolFeatures);
 }
 
 class BackendSession::Fds {
@@ -315,6 +318,7 @@ BackendSession::Fail BackendSession::set_features(uint64_t f) noexcept {
     // QEMU with queues=N repeats the whole setup once per queue pair.
     if (features_set_ && f == features_) return Fail::None;
     if (any_started()) return Fail::State;
+    // MQ stays QEMU's: without CTRL_VQ the device serves every pair it is given.
     if (!dev_.set_features(f & ~(bit(kFProtocolFeatures) | mq_feature()))) return Fail::Payload;
     features_ = f;
     features_set_ = true;

@@ -1,5 +1,6 @@
-// The control virtqueue carrying VIRTIO_NET_CTRL_NOTF_COAL (VIRTIO 1.2
-// 5.1.6.5, 5.1.6.5.9): the parser over a table of good and bad commands
+// The control virtqueue carrying VIRTIO_NET_CTRL_NOTF_COAL and
+// VIRTIO_NET_CTRL_MQ (VIRTIO 1.2 5.1.6.5: multiqueue steering, RSS, 5.1.6.5.9):
+// the parser over a table of good and bad commands
 // (also split across iovecs, as ANY_LAYOUT allows); CtrlQueue on hostile
 // chains (no ack byte, ack in the readable part, unmapped buffer: counted,
 // answered or broken, never a crash); and end to end, VirtioNet's
@@ -22,6 +23,7 @@
 #include "pvnet/backend/vhost_net.h"
 #include "pvnet/frontend/virtio_net.h"
 #include "pvnet/mem/memory_region.h"
+#include "pvnet/net/rss.h"
 #include "pvnet/ring/driver_queue.h"
 #include "pvnet/virtio/virtio_config.h"
 #include "pvnet/virtio/virtio_net.h"
@@ -46,62 +48,188 @@ std::vector<std::byte> cmd_bytes(uint8_t cls, uint8_t cmd, std::vector<uint32_t>
 
 iovec iov_of(std::span<std::byte> b) { return iovec{b.data(), b.size()}; }
 
+/// hdr {VIRTIO_NET_CTRL_MQ, cmd}, then `data` as is.
+std::vector<std::byte> mq_bytes(uint8_t cmd, std::span<const uint8_t> data) {
+    std::vector<std::byte> b{std::byte{virtio::VIRTIO_NET_CTRL_MQ}, std::byte{cmd}};
+    for (const uint8_t x : data) b.push_back(std::byte{x});
+    return b;
+}
+
+/// VQ_PAIRS_SET with le16 `n`, and `extra` bytes more.
+std::vector<std::byte> pairs_set_bytes(uint16_t n, std::size_t extra = 0) {
+    std::vector<uint8_t> d{static_cast<uint8_t>(n & 0xffu), static_cast<uint8_t>(n >> 8)};
+    d.resize(d.size() + extra, 0);
+    return mq_bytes(virtio::VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET, d);
+}
+
+/// A valid RSS config for `pairs` queues: `table_len` entries round-robin,
+/// a `key_len`-byte key.
+net::RssConfig rss_cfg(uint16_t pairs, uint16_t table_len = 8, uint8_t key_len = 40) {
+    net::RssConfig c;
+    c.hash_types = net::kRssSupportedHashTypes;
+    c.table_len = table_len;
+    for (uint16_t i = 0; i < table_len; ++i) c.table[i] = static_cast<uint16_t>(i % pairs);
+    c.key_len = key_len;
+    for (uint8_t i = 0; i < key_len; ++i) c.key[i] = static_cast<uint8_t>(0x6d + 3 * i);
+    c.unclassified_queue = static_cast<uint16_t>(pairs - 1);
+    c.max_tx_vq = pairs;
+    return c;
+}
+
+std::vector<std::byte> rss_bytes(const std::vector<uint8_t>& data) {
+    return mq_bytes(virtio::VIRTIO_NET_CTRL_MQ_RSS_CONFIG, data);
+}
+
+void expect_rss_eq(const net::RssConfig& got, const net::RssConfig& want) {
+    EXPECT_EQ(got.hash_types, want.hash_types);
+    EXPECT_EQ(got.key_len, want.key_len);
+    EXPECT_EQ(got.key, want.key);
+    EXPECT_EQ(got.table_len, want.table_len);
+    EXPECT_TRUE(std::equal(got.table.begin(), got.table.begin() + got.table_len,
+                           want.table.begin()));
+    EXPECT_EQ(got.unclassified_queue, want.unclassified_queue);
+    EXPECT_EQ(got.max_tx_vq, want.max_tx_vq);
+}
+
+// Feature sets of the table: a device of 4 pairs.
+constexpr CtrlFeatures kNone{false, false, false, 4};
+constexpr CtrlFeatures kCoal{true, false, false, 4};
+constexpr CtrlFeatures kMqOnly{false, true, false, 4};
+constexpr CtrlFeatures kRssOnly{false, false, true, 4};
+constexpr CtrlFeatures kAll{true, true, true, 4};
+constexpr CtrlFeatures kMqMaxPairs{false, true, false, virtio::VIRTIO_NET_CTRL_MQ_VQ_PAIRS_MAX};
+
 // ---- parse_ctrl_command ----------------------------------------------------------------
 
 struct ParseCase {
     const char* name;
     std::vector<std::byte> bytes;
-    bool notf_coal;
-    std::optional<CtrlError> err;  ///< nullopt: parses to op/coal
+    CtrlFeatures f;
+    std::optional<CtrlError> err;  ///< nullopt: parses to op/coal/pairs/rss
     Op op = Op::NotfCoalTxSet;
     CoalesceParams coal{};
+    uint16_t pairs = 0;
+    std::optional<net::RssConfig> rss{};       ///< MqRssConfig: what it parses to
+    std::optional<net::RssError> rss_err{};  ///< BadRss: the reason
 };
 
 std::vector<ParseCase> parse_cases() {
     using namespace virtio;  // NOLINT(google-build-using-namespace): spec constants
+    using net::RssError;
     constexpr uint8_t C = VIRTIO_NET_CTRL_NOTF_COAL;
     std::vector<std::byte> long_cmd = cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_RX_SET, {1, 2});
     long_cmd.resize(4096, std::byte{0x5a});
+    const net::RssConfig good = rss_cfg(4);
+    const net::RssConfig biggest =
+        rss_cfg(4, VIRTIO_NET_RSS_MAX_TABLE_LEN, VIRTIO_NET_RSS_MAX_KEY_SIZE);
+    const std::vector<uint8_t> biggest_bytes = net::serialize_rss_config(biggest);
+    // The wire struct by hand where the serializer cannot say it.
+    auto with = [](std::vector<uint8_t> d, std::size_t at, uint8_t v) {
+        d.at(at) = v;
+        return d;
+    };
+    const std::vector<uint8_t> good_bytes = net::serialize_rss_config(good);
+    const std::size_t key_len_at = 8 + 2 * std::size_t{good.table_len} + 2;
+    auto plus = [](std::vector<uint8_t> d, std::size_t n) {
+        d.resize(d.size() + n, 0);
+        return d;
+    };
+    std::vector<uint8_t> rss_page = biggest_bytes;
+    rss_page.resize(4096, 0x5a);
     return {
-        {"GoodRxSet", cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_RX_SET, {8, 0}), true, std::nullopt,
+        {"GoodRxSet", cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_RX_SET, {8, 0}), kCoal, std::nullopt,
          Op::NotfCoalRxSet, {8, 0}},
-        {"GoodTxSet", cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_TX_SET, {16, 50}), true,
+        {"GoodTxSet", cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_TX_SET, {16, 50}), kCoal,
          std::nullopt, Op::NotfCoalTxSet, {16, 50}},
         {"LittleEndianWords", cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_TX_SET, {0x01020304, ~0u}),
-         true, std::nullopt, Op::NotfCoalTxSet, {0x01020304, ~0u}},
-        {"Empty", {}, true, CtrlError::ShortHeader},
-        {"OneByte", {std::byte{C}}, true, CtrlError::ShortHeader},
-        {"HeaderOnly", cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_RX_SET, {}), true,
+         kCoal, std::nullopt, Op::NotfCoalTxSet, {0x01020304, ~0u}},
+        {"Empty", {}, kAll, CtrlError::ShortHeader},
+        {"OneByte", {std::byte{C}}, kAll, CtrlError::ShortHeader},
+        {"HeaderOnly", cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_RX_SET, {}), kCoal,
          CtrlError::BadDataSize},
-        {"ShortData", cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_RX_SET, {8}), true,
+        {"ShortData", cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_RX_SET, {8}), kCoal,
          CtrlError::BadDataSize},
         {"OneByteLong", [&] {
              auto b = cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_TX_SET, {16, 50});
              b.push_back(std::byte{0});
              return b;
-         }(), true, CtrlError::BadDataSize},
-        {"PageLong", long_cmd, true, CtrlError::BadDataSize},
-        {"UnknownClassRx", cmd_bytes(0, 0, {8, 0}), true, CtrlError::UnknownClass},
-        {"UnknownClassMq", cmd_bytes(4, 0, {1}), true, CtrlError::UnknownClass},
-        {"UnknownClass255", cmd_bytes(255, 1, {8, 0}), true, CtrlError::UnknownClass},
-        {"UnknownCmdVqSet", cmd_bytes(C, 3, {0, 8, 0}), true, CtrlError::UnknownCmd},
-        {"UnknownCmd2", cmd_bytes(C, 2, {8, 0}), true, CtrlError::UnknownCmd},
-        {"FeatureOffRx", cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_RX_SET, {8, 0}), false,
+         }(), kCoal, CtrlError::BadDataSize},
+        {"PageLong", long_cmd, kCoal, CtrlError::BadDataSize},
+        {"UnknownClassRx", cmd_bytes(0, 0, {8, 0}), kAll, CtrlError::UnknownClass},
+        {"UnknownClass255", cmd_bytes(255, 1, {8, 0}), kAll, CtrlError::UnknownClass},
+        {"UnknownCmdVqSet", cmd_bytes(C, 3, {0, 8, 0}), kCoal, CtrlError::UnknownCmd},
+        {"UnknownCmd2", cmd_bytes(C, 2, {8, 0}), kCoal, CtrlError::UnknownCmd},
+        {"FeatureOffRx", cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_RX_SET, {8, 0}), kNone,
          CtrlError::NotNegotiated},
-        {"FeatureOffTx", cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_TX_SET, {16, 50}), false,
+        {"FeatureOffTx", cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_TX_SET, {16, 50}), kMqOnly,
          CtrlError::NotNegotiated},
+        // VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET: 1..max_pairs, with MQ.
+        {"VqPairsSetOne", pairs_set_bytes(1), kMqOnly, std::nullopt, Op::MqVqPairsSet, {}, 1},
+        {"VqPairsSetMax", pairs_set_bytes(4), kAll, std::nullopt, Op::MqVqPairsSet, {}, 4},
+        {"VqPairsSetLittleEndian", pairs_set_bytes(0x0003), kMqOnly, std::nullopt,
+         Op::MqVqPairsSet, {}, 3},
+        {"VqPairsSetZero", pairs_set_bytes(0), kMqOnly, CtrlError::OutOfRange},
+        {"VqPairsSetAboveMaxPairs", pairs_set_bytes(5), kMqOnly, CtrlError::OutOfRange},
+        {"VqPairsSetAboveSpecMax", pairs_set_bytes(0x8001), kMqMaxPairs, CtrlError::OutOfRange},
+        {"VqPairsSetSpecMax", pairs_set_bytes(0x8000), kMqMaxPairs, std::nullopt, Op::MqVqPairsSet,
+         {}, 0x8000},
+        {"VqPairsSetShort", mq_bytes(VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET, std::vector<uint8_t>{2}),
+         kMqOnly, CtrlError::BadDataSize},
+        {"VqPairsSetLong", pairs_set_bytes(2, 1), kMqOnly, CtrlError::BadDataSize},
+        {"VqPairsSetWithoutMq", pairs_set_bytes(2), kRssOnly, CtrlError::NotNegotiated},
+        {"MqClassWithoutMqOrRss", pairs_set_bytes(2), kCoal, CtrlError::NotNegotiated},
+        {"MqHashConfigNotServed", mq_bytes(VIRTIO_NET_CTRL_MQ_HASH_CONFIG, good_bytes), kAll,
+         CtrlError::UnknownCmd},
+        {"MqUnknownCmd", mq_bytes(7, std::vector<uint8_t>{1, 0}), kMqOnly, CtrlError::UnknownCmd},
+        // VIRTIO_NET_CTRL_MQ_RSS_CONFIG: net::parse_rss_config against max_pairs, with RSS.
+        {"RssConfigGood", rss_bytes(good_bytes), kRssOnly, std::nullopt, Op::MqRssConfig, {}, 0,
+         good},
+        {"RssConfigLongest", rss_bytes(biggest_bytes), kAll, std::nullopt, Op::MqRssConfig, {}, 0,
+         biggest},
+        {"RssConfigWithoutRss", rss_bytes(good_bytes), kMqOnly, CtrlError::NotNegotiated},
+        {"RssConfigTableNotPowerOfTwo", rss_bytes(with(good_bytes, 4, 2)), kAll, CtrlError::BadRss,
+         Op::NotfCoalTxSet, {}, 0, std::nullopt, RssError::TableLengthNotPowerOfTwo},
+        {"RssConfigQueueOutOfRange", rss_bytes(with(good_bytes, 8, 4)), kAll, CtrlError::BadRss,
+         Op::NotfCoalTxSet, {}, 0, std::nullopt, RssError::TableQueueOutOfRange},
+        {"RssConfigQueuesOfABiggerDevice", rss_bytes(net::serialize_rss_config(rss_cfg(8))), kAll,
+         CtrlError::BadRss, Op::NotfCoalTxSet, {}, 0, std::nullopt, RssError::TableQueueOutOfRange},
+        {"RssConfigKeyTooLong", rss_bytes(plus(with(good_bytes, key_len_at, 41), 1)), kAll,
+         CtrlError::BadRss, Op::NotfCoalTxSet, {}, 0, std::nullopt, RssError::KeyTooLong},
+        {"RssConfigTrailingByte", rss_bytes(plus(good_bytes, 1)), kAll, CtrlError::BadRss,
+         Op::NotfCoalTxSet, {}, 0, std::nullopt, RssError::TrailingBytes},
+        {"RssConfigLongestPlusOne", rss_bytes(plus(biggest_bytes, 1)), kAll, CtrlError::BadRss,
+         Op::NotfCoalTxSet, {}, 0, std::nullopt, RssError::TrailingBytes},
+        {"RssConfigPageLong", rss_bytes(rss_page), kAll, CtrlError::BadRss, Op::NotfCoalTxSet, {},
+         0, std::nullopt, RssError::TrailingBytes},
+        {"RssConfigPageLongBadPrefix", rss_bytes(with(rss_page, 4, 2)), kAll, CtrlError::BadRss,
+         Op::NotfCoalTxSet, {}, 0, std::nullopt, RssError::TableLengthNotPowerOfTwo},
+        {"RssConfigCut", rss_bytes({good_bytes.begin(), good_bytes.end() - 1}), kAll,
+         CtrlError::BadRss, Op::NotfCoalTxSet, {}, 0, std::nullopt, RssError::DataTooShort},
+        {"RssConfigHeaderOnly", rss_bytes({}), kAll, CtrlError::BadRss, Op::NotfCoalTxSet, {}, 0,
+         std::nullopt, RssError::DataTooShort},
     };
 }
 
 void expect_parse(const ParseCase& c, std::span<const iovec> iov) {
-    const auto r = parse_ctrl_command(iov, c.notf_coal);
+    net::RssError why = net::RssError::Count;
+    const auto r = parse_ctrl_command(iov, c.f, &why);
     if (c.err) {
         ASSERT_FALSE(r.has_value());
         EXPECT_EQ(r.error(), *c.err) << to_string(r.error());
+        EXPECT_EQ(why, c.rss_err.value_or(net::RssError::Count)) << net::to_string(why);
     } else {
-        ASSERT_TRUE(r.has_value()) << to_string(r.error());
+        ASSERT_TRUE(r.has_value()) << to_string(r.error()) << ": " << net::to_string(why);
         EXPECT_EQ(r.value().op, c.op);
-        EXPECT_EQ(r.value().coal, c.coal);
+        if (c.op == Op::NotfCoalRxSet || c.op == Op::NotfCoalTxSet) {
+            EXPECT_EQ(r.value().coal, c.coal);
+        }
+        if (c.op == Op::MqVqPairsSet) {
+            EXPECT_EQ(r.value().pairs, c.pairs);
+        }
+        if (c.op == Op::MqRssConfig) {
+            ASSERT_TRUE(c.rss.has_value());
+            expect_rss_eq(r.value().rss, *c.rss);
+        }
     }
 }
 
@@ -169,7 +297,7 @@ TEST(ClampNotfCoal, ParserStillReportsTheGuestsValues) {
     auto b = cmd_bytes(virtio::VIRTIO_NET_CTRL_NOTF_COAL, virtio::VIRTIO_NET_CTRL_NOTF_COAL_RX_SET,
                        {~0u, ~0u});
     const iovec v = iov_of(b);
-    const auto r = parse_ctrl_command(std::span<const iovec>(&v, 1), true);
+    const auto r = parse_ctrl_command(std::span<const iovec>(&v, 1), kCoal);
     ASSERT_TRUE(r.has_value());
     EXPECT_EQ(r.value().coal, (CoalesceParams{~0u, ~0u}));
 }

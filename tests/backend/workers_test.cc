@@ -71,6 +71,8 @@ TEST(Workers, OnePerPairServesEachPairOnItsOwnThread) {
     EXPECT_EQ(d.worker_of(1), 1u);
     for (uint16_t q = 0; q < 2; ++q) t.tb().qp(q).try_fill_recv();
     d.start();
+    // With a control queue the device starts on pair 0 alone (VQ_PAIRS_SET widens it).
+    ASSERT_TRUE(t.tb().fe().set_queue_pairs(2).has_value());
     EXPECT_NE(d.native_handle(0), d.native_handle(1));
     for (int round = 0; round < 20; ++round) {
         ASSERT_TRUE(t.send(0, 16));

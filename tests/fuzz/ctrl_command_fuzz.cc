@@ -1,15 +1,19 @@
 // Fuzz target: parse_ctrl_command, the control virtqueue's command parser
-// (VIRTIO 1.2 5.1.6.5 "Control Virtqueue", 5.1.6.5.9 "Notifications
-// Coalescing"; STYLE.md §11 "Fuzz").
+// (VIRTIO 1.2 5.1.6.5 "Control Virtqueue", multiqueue steering,
+// RSS, 5.1.6.5.9 "Notifications Coalescing"; STYLE.md §11 "Fuzz").
 //
 // Input, read front to back (missing bytes read as zero):
-//   byte 0   bit 0: VIRTIO_NET_F_NOTF_COAL negotiated
+//   byte 0   the features: bit 0 VIRTIO_NET_F_NOTF_COAL, bit 1 VIRTIO_NET_F_MQ,
+//            bit 2 VIRTIO_NET_F_RSS; bits 3..7 max_virtqueue_pairs - 1
+//            (31: 0x8000, the spec's maximum)
 //   byte 1   number of cuts (0..7) splitting the command into iovecs
 //   cuts     one byte each: a cut offset, taken modulo the command length + 1
 //   rest     the command bytes (the chain's readable part)
 // Each piece lives in its own heap block of exactly its size, so any read
 // past a piece is an ASan report. The result must not depend on the split,
-// and must match a model written from the spec's rules.
+// and must match a model written from the spec's rules, which hands
+// RSS_CONFIG's data whole to net::parse_rss_config (the parser copies at
+// most the longest valid config).
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -21,6 +25,7 @@
 
 #include "fuzz_support.h"
 #include "pvnet/backend/ctrl_queue.h"
+#include "pvnet/net/rss.h"
 #include "pvnet/virtio/virtio_net.h"
 
 namespace pvnet::fuzz {
@@ -28,36 +33,84 @@ namespace {
 
 using backend::CtrlCommand;
 using backend::CtrlError;
+using backend::CtrlFeatures;
 
 uint32_t le32_at(const uint8_t* p) {
     return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
 }
 
+struct Want {
+    Result<CtrlCommand, CtrlError> r;
+    net::RssError rss_why = net::RssError::Count;
+};
+
+Want err(CtrlError e, net::RssError why = net::RssError::Count) { return {unexpected(e), why}; }
+
 /// The spec's rules, in the order the parser applies them.
-Result<CtrlCommand, CtrlError> model(const uint8_t* b, std::size_t n, bool notf_coal) {
-    if (n < 2) return unexpected(CtrlError::ShortHeader);
-    if (b[0] != virtio::VIRTIO_NET_CTRL_NOTF_COAL) return unexpected(CtrlError::UnknownClass);
-    if (!notf_coal) return unexpected(CtrlError::NotNegotiated);
-    if (b[1] != virtio::VIRTIO_NET_CTRL_NOTF_COAL_TX_SET &&
-        b[1] != virtio::VIRTIO_NET_CTRL_NOTF_COAL_RX_SET) {
-        return unexpected(CtrlError::UnknownCmd);
-    }
-    if (n != 10) return unexpected(CtrlError::BadDataSize);
+Want model(const uint8_t* b, std::size_t n, const CtrlFeatures& f) {
+    namespace v = virtio;
+    if (n < 2) return err(CtrlError::ShortHeader);
     CtrlCommand c;
-    c.op = b[1] == virtio::VIRTIO_NET_CTRL_NOTF_COAL_TX_SET ? CtrlCommand::Op::NotfCoalTxSet
-                                                            : CtrlCommand::Op::NotfCoalRxSet;
-    c.coal = notify::CoalesceParams{le32_at(b + 2), le32_at(b + 6)};
-    return c;
+    if (b[0] == v::VIRTIO_NET_CTRL_NOTF_COAL) {
+        if (!f.notf_coal) return err(CtrlError::NotNegotiated);
+        if (b[1] != v::VIRTIO_NET_CTRL_NOTF_COAL_TX_SET &&
+            b[1] != v::VIRTIO_NET_CTRL_NOTF_COAL_RX_SET) {
+            return err(CtrlError::UnknownCmd);
+        }
+        if (n != 10) return err(CtrlError::BadDataSize);
+        c.op = b[1] == v::VIRTIO_NET_CTRL_NOTF_COAL_TX_SET ? CtrlCommand::Op::NotfCoalTxSet
+                                                           : CtrlCommand::Op::NotfCoalRxSet;
+        c.coal = notify::CoalesceParams{le32_at(b + 2), le32_at(b + 6)};
+        return {c};
+    }
+    if (b[0] != v::VIRTIO_NET_CTRL_MQ) return err(CtrlError::UnknownClass);
+    if (!f.mq && !f.rss) return err(CtrlError::NotNegotiated);
+    if (b[1] == v::VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET) {
+        if (!f.mq) return err(CtrlError::NotNegotiated);
+        if (n != 4) return err(CtrlError::BadDataSize);
+        const auto pairs = static_cast<uint16_t>(b[2] | b[3] << 8);
+        if (pairs == 0 || pairs > 0x8000 || pairs > f.max_pairs) return err(CtrlError::OutOfRange);
+        c.op = CtrlCommand::Op::MqVqPairsSet;
+        c.pairs = pairs;
+        return {c};
+    }
+    if (b[1] == v::VIRTIO_NET_CTRL_MQ_RSS_CONFIG) {
+        if (!f.rss) return err(CtrlError::NotNegotiated);
+        const auto cfg = net::parse_rss_config({b + 2, n - 2}, f.max_pairs);
+        if (!cfg) return err(CtrlError::BadRss, cfg.error());
+        c.op = CtrlCommand::Op::MqRssConfig;
+        c.rss = cfg.value();
+        return {c};
+    }
+    return err(CtrlError::UnknownCmd);
 }
 
-void check_same(const Result<CtrlCommand, CtrlError>& got,
-                const Result<CtrlCommand, CtrlError>& want) {
-    check(got.has_value() == want.has_value());
-    if (!want.has_value()) {
-        check(got.error() == want.error());
+bool same_rss(const net::RssConfig& a, const net::RssConfig& b) {
+    return a.hash_types == b.hash_types && a.key_len == b.key_len && a.key == b.key &&
+           a.table_len == b.table_len &&
+           std::equal(a.table.begin(), a.table.begin() + a.table_len, b.table.begin()) &&
+           a.unclassified_queue == b.unclassified_queue && a.max_tx_vq == b.max_tx_vq;
+}
+
+void check_same(const Result<CtrlCommand, CtrlError>& got, net::RssError got_why,
+                const Want& want) {
+    FUZZ_CHECK(got.has_value() == want.r.has_value());
+    if (!want.r.has_value()) {
+        FUZZ_CHECK(got.error() == want.r.error());
+        FUZZ_CHECK(got_why == want.rss_why);
         return;
     }
-    check(got.value().op == want.value().op && got.value().coal == want.value().coal);
+    const CtrlCommand& g = got.value();
+    const CtrlCommand& w = want.r.value();
+    FUZZ_CHECK(g.op == w.op);
+    switch (w.op) {
+        case CtrlCommand::Op::NotfCoalTxSet:
+        case CtrlCommand::Op::NotfCoalRxSet: FUZZ_CHECK(g.coal == w.coal); break;
+        case CtrlCommand::Op::MqVqPairsSet:
+            FUZZ_CHECK(g.pairs == w.pairs && g.pairs >= 1 && g.pairs <= 0x8000);
+            break;
+        case CtrlCommand::Op::MqRssConfig: FUZZ_CHECK(same_rss(g.rss, w.rss)); break;
+    }
 }
 
 }  // namespace
@@ -66,7 +119,13 @@ void check_same(const Result<CtrlCommand, CtrlError>& got,
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     using namespace pvnet::fuzz;  // NOLINT(google-build-using-namespace): the target's helpers
     Reader in(data, size);
-    const bool notf_coal = (in.u8() & 1u) != 0;
+    const uint8_t fb = in.u8();
+    CtrlFeatures f;
+    f.notf_coal = (fb & 1u) != 0;
+    f.mq = (fb & 2u) != 0;
+    f.rss = (fb & 4u) != 0;
+    const unsigned sel = fb >> 3;
+    f.max_pairs = static_cast<uint16_t>(sel == 31 ? 0x8000 : sel + 1);
     const std::size_t n_cuts = in.u8() % 8u;
     std::vector<uint8_t> cut_bytes;
     for (std::size_t i = 0; i < n_cuts; ++i) cut_bytes.push_back(in.u8());
@@ -89,12 +148,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         iov.push_back(iovec{blocks.back().get(), n});
     }
 
-    const auto want = model(cmd, len, notf_coal);
-    check_same(pvnet::backend::parse_ctrl_command(iov, notf_coal), want);
+    const Want want = model(cmd, len, f);
+    pvnet::net::RssError why = pvnet::net::RssError::Count;
+    const auto split = pvnet::backend::parse_ctrl_command(iov, f, &why);
+    check_same(split, why, want);
     // Contiguous, as one iovec: the same answer.
     std::unique_ptr<uint8_t[]> whole = std::make_unique<uint8_t[]>(len);
     std::copy_n(cmd, len, whole.get());
     const iovec one{whole.get(), len};
-    check_same(pvnet::backend::parse_ctrl_command({&one, 1}, notf_coal), want);
+    why = pvnet::net::RssError::Count;
+    const auto contiguous = pvnet::backend::parse_ctrl_command({&one, 1}, f, &why);
+    check_same(contiguous, why, want);
     return 0;
 }

@@ -4,10 +4,10 @@
 // Input: le16 queue pairs (1 + value % 0x8000), le32 hash types for the
 // extractor alone, le16 split, then bytes: the first `split` are the
 // RSS_CONFIG command data, the rest an Ethernet frame. Invariants: an
-// accepted config obeys every limit and re-encodes to exactly its input; the
-// hash input has the length and type its report names, of an enabled type;
-// the selected queue is one the device has, the unclassified one without a
-// hash.
+// accepted config obeys every limit and re-encodes (serialize_rss_config) to
+// exactly its input; the hash input has the length and type its report
+// names, of an enabled type; the selected queue is one the device has, the
+// unclassified one without a hash.
 #include <cstring>
 #include <vector>
 
@@ -29,19 +29,8 @@ void check_config(const net::RssConfig& c, std::span<const uint8_t> data, uint16
     check(c.key_len <= v::VIRTIO_NET_RSS_MAX_KEY_SIZE);
     check(c.key_len > 0 || c.hash_types == 0);
     for (std::size_t i = c.key_len; i < c.key.size(); ++i) check(c.key[i] == 0);
-    std::vector<uint8_t> e;
-    auto le16 = [&](uint32_t x) {
-        e.push_back(static_cast<uint8_t>(x));
-        e.push_back(static_cast<uint8_t>(x >> 8));
-    };
-    le16(c.hash_types & 0xffff);
-    le16(c.hash_types >> 16);
-    le16(c.table_len - 1u);
-    le16(c.unclassified_queue);
-    for (uint16_t i = 0; i < c.table_len; ++i) le16(c.table[i]);
-    le16(c.max_tx_vq);
-    e.push_back(c.key_len);
-    e.insert(e.end(), c.key.begin(), c.key.begin() + c.key_len);
+    // The driver's encoder gives back exactly the bytes the device accepted.
+    const std::vector<uint8_t> e = net::serialize_rss_config(c);
     check(e.size() == data.size() && std::memcmp(e.data(), data.data(), e.size()) == 0);
 }
 

@@ -18,7 +18,9 @@
 
 #include "pvnet/backend/vhost_net.h"
 #include "pvnet/port/peer_port.h"
+#include "pvnet/vhost_user/backend_session.h"
 #include "pvnet/vhost_user/server.h"
+#include "pvnet/virtio/virtio_config.h"
 #include "test_frontend.h"
 
 namespace pvnet::vhost_user {
@@ -101,6 +103,33 @@ void fresh_setup_works(Bed& b) {
     EXPECT_EQ(b.st().connections.get(), conns + 1);
     packets_flow(b, g, 1);
     packets_flow(b, g, 2);
+}
+
+// QEMU emulates the control queue: its features (CTRL_VQ, NOTF_COAL, RSS,
+// whose command would never reach the device) are not offered; MQ is, for
+// a device of several pairs, and taken by the device without a control
+// queue: every pair in use.
+TEST(VhostUserSession, FeaturesOfferMqForSeveralPairsNeverTheControlQueuesOwn) {
+    using virtio::feature_mask;
+    auto pp0 = port::PeerPort::create_pair({}, {});
+    auto pp1 = port::PeerPort::create_pair({}, {});
+    ASSERT_TRUE(pp0 && pp1);
+    port::PeerPort* two[] = {pp0->first.get(), pp1->first.get()};
+    auto dev2 = backend::VhostNet<port::PeerPort>::create(backend::VhostNetOptions{},
+                                                          std::span<port::PeerPort* const>(two));
+    auto dev1 = backend::VhostNet<port::PeerPort>::create(
+        backend::VhostNetOptions{}, std::span<port::PeerPort* const>(two).first(1));
+    ASSERT_TRUE(dev2 && dev1);
+    const uint64_t f2 = session_features(**dev2);
+    const uint64_t f1 = session_features(**dev1);
+    for (const uint64_t f : {f1, f2}) {
+        EXPECT_EQ(f & feature_mask(virtio::VIRTIO_NET_F_CTRL_VQ), 0u);
+        EXPECT_EQ(f & feature_mask(virtio::VIRTIO_NET_F_NOTF_COAL), 0u);
+        EXPECT_EQ(f & feature_mask(virtio::VIRTIO_NET_F_RSS), 0u);
+    }
+    EXPECT_NE(f2 & feature_mask(virtio::VIRTIO_NET_F_MQ), 0u);
+    EXPECT_EQ(f1 & feature_mask(virtio::VIRTIO_NET_F_MQ), 0u);
+    EXPECT_EQ((*dev2)->rx_steer().active_pairs(), 2);
 }
 
 TEST(VhostUserServer, QemuLikeSetupMovesPacketsAndGetVringBaseStops) {

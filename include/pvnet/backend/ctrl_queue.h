@@ -1,7 +1,10 @@
 // CtrlQueue: the device side of the virtio-net control virtqueue (VIRTIO 1.2
 // 5.1.6.5 "Control Virtqueue"; QEMU's virtio_net_handle_ctrl). Each chain
 // is a command: a device-readable virtio_net_ctrl_hdr and command-specific
-// data, then a device-writable ack byte. pvnet serves the notification
+// data, then a device-writable ack byte. pvnet serves the multiqueue class
+// ("Automatic receive steering in multiqueue mode", "Receive-side scaling
+// (RSS)": VQ_PAIRS_SET with VIRTIO_NET_F_MQ, RSS_CONFIG with
+// VIRTIO_NET_F_RSS; HASH_CONFIG is not offered) and the notification
 // coalescing class (5.1.6.5.9, VIRTIO_NET_F_NOTF_COAL); anything else is
 // answered VIRTIO_NET_ERR.
 //
@@ -19,6 +22,7 @@
 #include <string_view>
 
 #include "pvnet/mem/memory_table.h"
+#include "pvnet/net/rss.h"
 #include "pvnet/notify/coalescer.h"
 #include "pvnet/notify/event_fd.h"
 #include "pvnet/ring/device_queue.h"
@@ -34,28 +38,48 @@ enum class CtrlError : uint8_t {
     ShortHeader,    ///< readable part below the 2-byte virtio_net_ctrl_hdr
     UnknownClass,   ///< a class pvnet does not serve
     UnknownCmd,     ///< a command its class does not have
-    NotNegotiated,  ///< the class's feature (VIRTIO_NET_F_NOTF_COAL) is off
+    NotNegotiated,  ///< the command's feature (NOTF_COAL, MQ, RSS) is off
     BadDataSize,    ///< command-specific data not exactly the command's struct
+    OutOfRange,     ///< VQ_PAIRS_SET: virtqueue_pairs 0 or above max_virtqueue_pairs
+    BadRss,         ///< RSS_CONFIG rejected by net::parse_rss_config (it says why)
     Count
 };
 
 std::string_view to_string(CtrlError e) noexcept;
+
+/// What the negotiated features let the guest command.
+struct CtrlFeatures {
+    bool notf_coal = false;  ///< VIRTIO_NET_F_NOTF_COAL
+    bool mq = false;         ///< VIRTIO_NET_F_MQ
+    bool rss = false;        ///< VIRTIO_NET_F_RSS
+    uint16_t max_pairs = 1;  ///< max_virtqueue_pairs
+
+    /// From a negotiated feature word and the device's pairs.
+    static CtrlFeatures of(uint64_t features, uint16_t max_pairs) noexcept;
+};
 
 /// A validated command, in host byte order.
 struct CtrlCommand {
     enum class Op : uint8_t {
         NotfCoalTxSet,  ///< VIRTIO_NET_CTRL_NOTF_COAL_TX_SET
         NotfCoalRxSet,  ///< VIRTIO_NET_CTRL_NOTF_COAL_RX_SET
+        MqVqPairsSet,   ///< VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET
+        MqRssConfig,    ///< VIRTIO_NET_CTRL_MQ_RSS_CONFIG
     };
     Op op = Op::NotfCoalTxSet;
-    notify::CoalesceParams coal;  ///< {*_max_packets, *_usecs}
+    notify::CoalesceParams coal;  ///< NotfCoal*: {*_max_packets, *_usecs}
+    uint16_t pairs = 0;           ///< MqVqPairsSet: virtqueue_pairs, 1..max_pairs
+    net::RssConfig rss;           ///< MqRssConfig: validated against max_pairs
 };
 
 /// Parses the readable part of a control chain (any split across iovecs,
 /// VIRTIO_F_ANY_LAYOUT): each byte is copied once into a local and only the
-/// copy is checked and used. `notf_coal`: VIRTIO_NET_F_NOTF_COAL negotiated.
+/// copy is checked and used. A command is known only with its feature in
+/// `f` (else NotNegotiated). On BadRss, `rss_why` (if given) gets
+/// parse_rss_config's reason.
 Result<CtrlCommand, CtrlError> parse_ctrl_command(std::span<const iovec> readable,
-                                                  bool notf_coal) noexcept;
+                                                  const CtrlFeatures& f,
+                                                  net::RssError* rss_why = nullptr) noexcept;
 
 /// The most used entries a guest may have the device publish between two
 /// signal decisions (max_packets of VIRTIO_NET_CTRL_NOTF_COAL_*_SET, a
@@ -80,9 +104,10 @@ NotfCoalClamps clamp_notf_coal(notify::CoalesceParams& p) noexcept;
 
 struct CtrlQueueConfig {
     /// The control ring. ring.features is the device's negotiated feature
-    /// word: the ring takes its ring bits from it, the queue
-    /// VIRTIO_NET_F_NOTF_COAL (hoisted at create).
+    /// word: the ring takes its ring bits from it, the queue NOTF_COAL, MQ
+    /// and RSS (hoisted at create).
     ring::DeviceQueueConfig ring;
+    uint16_t max_pairs = 1;  ///< max_virtqueue_pairs: VQ_PAIRS_SET's and RSS's bound
 };
 
 struct CtrlQueueStats {
@@ -90,6 +115,9 @@ struct CtrlQueueStats {
     CounterArray<CtrlError> cmds_err;  ///< answered ERR (or used len 0), by reason
     Counter coal_max_packets_clamped;  ///< max_packets above kNotfCoalMaxPackets, lowered
     Counter coal_max_usecs_clamped;    ///< max_usecs above kNotfCoalMaxUsecs, lowered
+    Counter mq_pairs_set;              ///< VQ_PAIRS_SET commands applied
+    Counter rss_configs;               ///< RSS_CONFIG commands applied
+    CounterArray<net::RssError> rss_rejected;  ///< RSS_CONFIG answered ERR (BadRss), by reason
     Counter runs;                      ///< handle() invocations
     Counter calls;                     ///< interrupts sent
     Counter calls_suppressed;          ///< the driver's EVENT_IDX/flags said no
@@ -107,8 +135,10 @@ public:
         const notify::QueueFds& fds) noexcept;
 
     /// Serves up to kCtrlWeight commands: each valid one has its limits
-    /// clamped (clamp_notf_coal), is passed to `apply(const CtrlCommand&)`
-    /// and acked OK; the others ERR. Returns true if commands are left (run
+    /// clamped (clamp_notf_coal), is counted, is passed to
+    /// `apply(const CtrlCommand&)` and acked OK; the others ERR (a rejected
+    /// command changes nothing, unlike QEMU, which turns RSS off for any
+    /// MQ command, even a refused one). Returns true if commands are left (run
     /// again), false when the ring is empty (notifications re-armed) or broken.
     template <typename Apply>
     bool handle(Apply&& apply) noexcept;
@@ -120,9 +150,9 @@ public:
     const CtrlQueueStats& stats() const noexcept { return stats_; }
 
 private:
-    CtrlQueue(bool notf_coal, const notify::QueueFds& fds,
+    CtrlQueue(const CtrlFeatures& f, const notify::QueueFds& fds,
               std::unique_ptr<ring::SplitDeviceQueue> q) noexcept
-        : notf_coal_(notf_coal), fds_(fds), q_(std::move(q)) {}
+        : features_(f), fds_(fds), q_(std::move(q)) {}
     /// The popped chain's command, or the error it is answered with (counted).
     Result<CtrlCommand, CtrlError> check_chain() noexcept;
     /// Writes the ack (if the chain has room for it) and stages the used entry.
@@ -131,7 +161,7 @@ private:
     /// if the run should go on (more available).
     bool finish(uint32_t n, ring::PopStatus st) noexcept;
 
-    bool notf_coal_;  ///< VIRTIO_NET_F_NOTF_COAL negotiated
+    CtrlFeatures features_;
     notify::QueueFds fds_;
     std::unique_ptr<ring::SplitDeviceQueue> q_;
     ring::DescChain chain_;

@@ -20,6 +20,16 @@
 // watching its kick and, for an rx vring, its port's fd, and keeps serving
 // every other vring.
 //
+// Queue pairs in use (VIRTIO 1.2 multiqueue steering). With VIRTIO_NET_F_CTRL_VQ the
+// driver starts on pair 0 alone and widens with VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET
+// or RSS_CONFIG (max_tx_vq); without it (vhost-user: QEMU emulates the
+// control queue and enables the vrings itself) every pair is in use. The
+// spec forbids the device to fill receive queues beyond the pairs in use:
+// the worker runs no handle_rx for them and does not watch their ports'
+// rx fds; their tx is served as ever. rx_steer() holds that count and the
+// guest's RSS configuration, for whatever demultiplexes frames onto the
+// pairs' ports.
+//
 // Threads: one worker per device, or several (VhostNetOptions::workers),
 // pair i served by worker i % workers — one per pair is Linux's model, where
 // QEMU opens a vhost-net device, and so a worker thread, per queue pair.
@@ -43,6 +53,7 @@
 
 #include "pvnet/backend/ctrl_queue.h"
 #include "pvnet/backend/device_setup.h"
+#include "pvnet/backend/rx_steer.h"
 #include "pvnet/notify/coalescer.h"
 #include "pvnet/notify/epoll.h"
 #include "pvnet/notify/event_fd.h"
@@ -68,7 +79,8 @@ inline constexpr uint32_t kMaxGsoPacketBytes = kHdrBytes + 18 + 40 + 65535;
 /// and 802.1Q headers.
 inline constexpr uint32_t kDefaultMaxFrameBytes = 1500 + 14 + 4;
 
-/// What the device implements; set_features() refuses anything else.
+/// What the device implements; set_features() refuses anything else. MQ and
+/// RSS only on a device of more than one pair (offered_features()).
 inline constexpr uint64_t kVhostNetFeatures = [] {
     using namespace virtio;
     uint64_t f = 0;
@@ -78,7 +90,8 @@ inline constexpr uint64_t kVhostNetFeatures = [] {
           VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_TSO4, VIRTIO_NET_F_GUEST_TSO6,
           VIRTIO_NET_F_GUEST_ECN, VIRTIO_NET_F_GUEST_UFO, VIRTIO_NET_F_HOST_TSO4,
           VIRTIO_NET_F_HOST_TSO6, VIRTIO_NET_F_HOST_ECN, VIRTIO_NET_F_HOST_UFO,
-          VIRTIO_NET_F_MRG_RXBUF, VIRTIO_NET_F_CTRL_VQ, VIRTIO_NET_F_NOTF_COAL}) {
+          VIRTIO_NET_F_MRG_RXBUF, VIRTIO_NET_F_CTRL_VQ, VIRTIO_NET_F_NOTF_COAL, VIRTIO_NET_F_MQ,
+          VIRTIO_NET_F_RSS}) {
         f |= feature_mask(b);
     }
     return f;
@@ -167,12 +180,19 @@ public:
     uint16_t max_pairs() const noexcept { return static_cast<uint16_t>(pairs_.size()); }
     /// 2 per pair and the control queue.
     uint16_t num_vrings() const noexcept { return static_cast<uint16_t>(ctrl_vring(max_pairs()) + 1); }
-    uint64_t offered_features() const noexcept { return opt_.offered_features; }
+    /// The options' offer, without MQ and RSS on a one-pair device.
+    uint64_t offered_features() const noexcept {
+        constexpr uint64_t kMulti = virtio::feature_mask(virtio::VIRTIO_NET_F_MQ) |
+                                    virtio::feature_mask(virtio::VIRTIO_NET_F_RSS);
+        return max_pairs() > 1 ? opt_.offered_features : opt_.offered_features & ~kMulti;
+    }
     uint64_t features() const noexcept { return features_; }
 
     // ---- control plane (any thread) -------------------------------------
 
-    /// The negotiated feature word; every vring stopped. Refuses bits not offered.
+    /// The negotiated feature word; every vring stopped. Refuses bits not
+    /// offered, and RSS without CTRL_VQ (the spec's dependency: its command
+    /// needs the control queue). Sets the pairs in use to their default.
     Status<DeviceError> set_features(uint64_t features) noexcept;
     /// The backend's view of guest memory (outlives its use); every vring stopped.
     Status<DeviceError> set_mem_table(const mem::MemoryTable* table) noexcept;
@@ -189,7 +209,8 @@ public:
     /// Features, memory and every vring from `s`, then starts each enabled
     /// vring. Every vring must be stopped; on error nothing is started.
     Status<DeviceError> configure(const DeviceSetup& s) noexcept;
-    /// Stops every vring and forgets features, memory, setups and breakage.
+    /// Stops every vring and forgets features, memory, setups, breakage and
+    /// the guest's steering (every pair in use, no RSS).
     void reset() noexcept;
 
     /// Queries from any thread (under the workers' mutexes, between rounds).
@@ -239,6 +260,8 @@ public:
 
     const VhostNetStats& stats(uint16_t pair = 0) const noexcept { return pairs_[pair]->stats; }
     const DeviceStats& device_stats() const noexcept { return dstats_; }
+    /// The pairs in use and the guest's RSS configuration (any thread).
+    const RxSteer& rx_steer() const noexcept { return *rx_steer_; }
     /// A started vring's queue (valid until the vring is stopped).
     const ring::SplitDeviceQueue& rx_queue(uint16_t pair = 0) const noexcept {
         return *pairs_[pair]->rx.q;
@@ -330,8 +353,12 @@ protected:
     /// Guest buffers worth a handle_rx run: running, pending, and more than
     /// the last run found too few for a packet.
     bool rx_ready(Pair& p) noexcept {
-        if (!p.rx.running() || p.port_dead) return false;
+        if (!rx_serving(p)) return false;
         return p.rx.q->pending() > p.rx_short_pending;
+    }
+    /// The rx vring runs, the port lives, and the pair is in use.
+    bool rx_serving(const Pair& p) const noexcept {
+        return p.rx.running() && !p.port_dead && p.index < rx_active_pairs_;
     }
     /// Event mode: watch the pair's port for frames (`on`) or not (rx is
     /// out of guest buffers: vhost_net_disable_vq).
@@ -365,6 +392,7 @@ protected:
     const VhostNetOptions opt_;
     bool mergeable_rx_ = false;  ///< VIRTIO_NET_F_MRG_RXBUF (hoisted from features_)
     bool rx_gso_ = false;        ///< GUEST_TSO4/6 or GUEST_UFO: 64 KiB frames may arrive
+    uint16_t rx_active_pairs_ = 1;  ///< rx_steer_'s active_pairs(), the worker's copy
 
 private:
     /// epoll tags: the pair index above kTagShift, the source below.
@@ -424,6 +452,14 @@ private:
     VringBase stop_locked(uint16_t i) noexcept;
     void stop_data_vring(Pair& p, Vring& v, bool is_tx) noexcept;
     void hoist_features() noexcept;
+    /// Features refused whatever the vrings: not offered, or RSS without CTRL_VQ.
+    bool features_ok(uint64_t features) const noexcept;
+    /// rx_steer_'s pairs in use changed: rx of the pairs now out of use
+    /// stops (their port fds unwatched), of those now in use resumes.
+    /// sync_active_pairs from the control queue (worker 0): takes the other
+    /// workers' mutexes first.
+    void ctrl_sync_active_pairs() noexcept;
+    void sync_active_pairs() noexcept;
     /// Reports a vring that broke (once) and stops watching what it owns.
     void check_broken(Pair& p) noexcept;
     void report_broken(uint16_t index, Vring& v) noexcept;
@@ -467,6 +503,7 @@ private:
     std::unique_ptr<CtrlQueue> ctrl_;  ///< non-null while the control vring runs
     bool ctrl_pending_ = false;
     std::atomic<bool> needs_reset_{false};
+    std::optional<RxSteer> rx_steer_;  ///< written by control calls and do_ctrl
 
     /// Control calls (and worker 0 reaching another worker) waiting for a
     /// worker's mutex: every worker steps aside while it is not 0.

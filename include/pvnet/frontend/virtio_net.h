@@ -13,9 +13,10 @@
 // points its receive queue at its send queue (virtnet_poll_cleantx).
 //
 // With ctrl_vq, the device also has a control virtqueue (VIRTIO 1.2
-// 5.1.6.5): set_coalesce sends VIRTIO_NET_CTRL_NOTF_COAL commands on it
-// one at a time and waits, bounded, for the device's ack, as Linux's
-// virtnet_send_command does (without its unbounded spin).
+// 5.1.6.5): set_coalesce, set_queue_pairs and set_rss send
+// VIRTIO_NET_CTRL_NOTF_COAL / VIRTIO_NET_CTRL_MQ commands on it one at a time
+// and wait, bounded, for the device's ack, as Linux's virtnet_send_command
+// does (without its unbounded spin).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,7 @@
 #include "pvnet/frontend/xps.h"
 #include "pvnet/mem/guest_addr.h"
 #include "pvnet/mem/memory_table.h"
+#include "pvnet/net/rss.h"
 #include "pvnet/notify/coalescer.h"
 #include "pvnet/notify/event_fd.h"
 #include "pvnet/ring/driver_queue.h"
@@ -191,6 +193,12 @@ public:
     /// the first failure (the rx limits may then be applied, the tx not).
     Status<FrontendError> set_coalesce(notify::CoalesceParams rx,
                                        notify::CoalesceParams tx) noexcept;
+    /// ethtool -L combined n: VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET (the device
+    /// fills rx queues 0..n-1 only, and turns RSS off). Needs VIRTIO_NET_F_MQ.
+    Status<FrontendError> set_queue_pairs(uint16_t n) noexcept;
+    /// ethtool -X: VIRTIO_NET_CTRL_MQ_RSS_CONFIG (the device then uses
+    /// cfg.max_tx_vq pairs). Needs VIRTIO_NET_F_RSS.
+    Status<FrontendError> set_rss(const net::RssConfig& cfg) noexcept;
 
 private:
     /// Control ring plus one page for the command (hdr, data, ack).

@@ -12,9 +12,11 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "pvnet/util/result.h"
 #include "pvnet/virtio/virtio_net.h"
@@ -82,6 +84,13 @@ struct RssConfig {
     uint16_t max_tx_vq = 1;
 };
 
+/// The longest valid struct virtio_net_rss_config: the fixed fields, a
+/// table of VIRTIO_NET_RSS_MAX_TABLE_LEN entries, a key of
+/// VIRTIO_NET_RSS_MAX_KEY_SIZE bytes.
+inline constexpr std::size_t kRssConfigMaxBytes = 4 + 2 + 2 +
+                                                  2 * virtio::VIRTIO_NET_RSS_MAX_TABLE_LEN + 2 + 1 +
+                                                  virtio::VIRTIO_NET_RSS_MAX_KEY_SIZE;
+
 /// Parses the command-specific data of VIRTIO_NET_CTRL_MQ_RSS_CONFIG (struct
 /// virtio_net_rss_config: le32 hash_types; le16 indirection_table_mask; le16
 /// unclassified_queue; le16 indirection_table[mask + 1]; le16 max_tx_vq; u8
@@ -89,6 +98,13 @@ struct RssConfig {
 /// against a device with `max_pairs` queue pairs.
 Result<RssConfig, RssError> parse_rss_config(std::span<const uint8_t> ctrl_data,
                                              uint16_t max_pairs) noexcept;
+
+/// The driver's side: `cfg` as struct virtio_net_rss_config (table_len
+/// entries, key_len key bytes), the bytes parse_rss_config takes back.
+std::vector<uint8_t> serialize_rss_config(const RssConfig& cfg);
+/// The same into `out`, without allocating; returns the bytes written.
+std::size_t serialize_rss_config(const RssConfig& cfg,
+                                 std::span<uint8_t, kRssConfigMaxBytes> out) noexcept;
 
 /// Where a received frame goes, and what VIRTIO_NET_F_HASH_REPORT reports.
 struct RxSteering {

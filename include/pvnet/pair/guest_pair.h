@@ -24,8 +24,10 @@ public:
     std::optional<std::string> setup(const frontend::VirtioNetConfig& fc) noexcept;
 
     /// The feature word the driver's configuration amounts to: VERSION_1,
-    /// EVENT_IDX, INDIRECT_DESC, MRG_RXBUF, CTRL_VQ with NOTF_COAL, as the
-    /// guest set them, plus `offloads` (the relay's CSUM/TSO bits).
+    /// EVENT_IDX, INDIRECT_DESC, MRG_RXBUF, CTRL_VQ with NOTF_COAL (and, for
+    /// more than one pair, MQ and RSS: the device then starts on pair 0
+    /// until set_queue_pairs or set_rss), as the guest set them, plus
+    /// `offloads` (the relay's CSUM/TSO bits).
     uint64_t features(uint64_t offloads = 0) const noexcept;
     /// The backend's description of the device this driver drives.
     backend::DeviceSetup device_setup(uint64_t offloads = 0) const;

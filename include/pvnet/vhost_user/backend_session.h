@@ -10,7 +10,7 @@
 //   bad header always closes the connection.
 // - Per request: the exact payload size and fd count, the vring index
 //   against the device's 2 * max_pairs data vrings (the control queue is
-//   QEMU's own: CTRL_VQ and NOTF_COAL are never offered), contents checked
+//   QEMU's own: CTRL_VQ, NOTF_COAL and RSS are never offered), contents checked
 //   before anything changes. Every fd not kept is closed, on every path.
 // - A refused request is answered with a REPLY_ACK failure when REPLY_ACK
 //   was negotiated and NEED_REPLY set (the connection stays), else closes

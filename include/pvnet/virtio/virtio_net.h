@@ -114,6 +114,12 @@ inline constexpr uint8_t VIRTIO_NET_CTRL_MQ_RSS_CONFIG = 1;
 inline constexpr uint8_t VIRTIO_NET_CTRL_MQ_HASH_CONFIG = 2;
 inline constexpr uint16_t VIRTIO_NET_CTRL_MQ_VQ_PAIRS_MIN = 1;
 inline constexpr uint16_t VIRTIO_NET_CTRL_MQ_VQ_PAIRS_MAX = 0x8000;
+/// VQ_PAIRS_SET's command-specific data.
+struct virtio_net_ctrl_mq {
+    Le16 virtqueue_pairs;
+};
+static_assert(sizeof(virtio_net_ctrl_mq) == 2);
+
 /// Linux's limits for the key and the indirection table (the spec asks the
 /// device for at least these, rss_max_key_size / rss_max_indirection_table_length).
 inline constexpr uint8_t VIRTIO_NET_RSS_MAX_KEY_SIZE = 40;
