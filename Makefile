@@ -41,7 +41,7 @@ DEB_PACKAGES := build-essential cmake ninja-build g++ clang-14 libclang-rt-14-de
                 libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev \
                 libfmt-dev liburing-dev pkg-config \
                 iproute2 iperf3 iputils-ping ethtool python3 \
-                dpdk qemu-system-x86 busybox-static cpio kmod xz-utils
+                dpdk dpdk-dev qemu-system-x86 busybox-static cpio kmod xz-utils
 # Only the benches need these: DPDK's testpmd (the PVP baseline), gnuplot, sockperf
 # (the relay bench, which uses iperf3 and ping as well), python3 (tools/render_tables.py).
 BENCH_PACKAGES := dpdk dpdk-dev gnuplot-nox sockperf iperf3 iputils-ping python3

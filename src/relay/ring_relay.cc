@@ -127,6 +127,11 @@ Status<std::string> RingRelay::start() {
     if (!tb_.fe().set_coalesce(cfg_.rx_coalesce, cfg_.tx_coalesce)) {
         return unexpected(std::string("NOTF_COAL control request failed"));
     }
+    // virtnet_set_queues at probe: with a control queue the device serves
+    // pair 0 alone until told otherwise.
+    if (cfg_.queues > 1 && !tb_.fe().set_queue_pairs(cfg_.queues)) {
+        return unexpected(std::string("VQ_PAIRS_SET control request failed"));
+    }
     for (auto& q : queues_) q->thread = std::thread([this, &q = *q] { guest_loop(q); });
     return {};
 }
