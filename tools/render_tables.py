@@ -474,6 +474,42 @@ def vhost_user(d):
             f"CPU {j['client_cpu']}:\n\n" + table(header, rows) + d.source("vhost-user"))
 
 
+def xps(d):
+    j = d.json("xps")
+    out = []
+    groups = {}
+    for c in j["cells"]:
+        groups.setdefault((c["threads"], c["rate"], c["probed_max"]), {})[c["variant"]] = c
+    for (threads, rate, probed), by in groups.items():
+        cols = [by.get("default"), by.get("symmetric")]
+
+        def cell(f, digits):
+            return [mmm([f(r) for r in ok_runs(c)], digits) if c else "—" for c in cols]
+
+        def rtt(c):
+            if not c:
+                return "—"
+            rs = ok_runs(c)
+            return "/".join(str(round(med([r[k] for r in rs])))
+                            for k in ("rtt_min_us", "rtt_avg_us", "rtt_max_us"))
+        rows = [["RTT min/avg/max (usec)", rtt(cols[0]), rtt(cols[1])],
+                ["RTT p50 (usec)"] + cell(lambda r: r["p50_us"], 1),
+                ["RTT p99 (usec)"] + cell(lambda r: r["p99_us"], 1),
+                ["achieved requests/s"] + cell(lambda r: r["achieved_per_s"], 0),
+                ["intr/sec"] + cell(lambda r: r["interrupts_per_s"], 0),
+                ["contextswitch/sec"] + cell(lambda r: r["ctx_switches_per_s"], 0),
+                ["cycles/request"] + cell(lambda r: r["cycles_per_req"], 0),
+                ["replies on the request's queue %"] + cell(lambda r: 100 * r["same_queue_share"], 1),
+                ["insn per cycle, cache-misses", "n/a (no hardware counters)", "n/a"]]
+        found = f" (highest rate the default sustains: {probed}/s)" if probed else ""
+        out.append(f"**{threads} threads, {rate} requests/s**{found}\n\n"
+                   + table(["", "Default", "Symmetric queues"], rows))
+    return (f"Medians of {j['repeat']} interleaved rounds (min–max), {j['seconds']} s each, "
+            f"{j['flows']} flows over {j['queue_pairs']} queue pairs, server threads "
+            f"{'pinned' if j['pinned'] else 'free'}; cycles: {j['cycles_source']}:\n\n"
+            + "\n".join(out) + d.source("xps"))
+
+
 RENDERERS = {
     "microbench": microbench,
     "relay": relay,
@@ -491,6 +527,7 @@ RENDERERS = {
     "rr-busy": rr_busy,
     "atrx": atrx,
     "vhost-user": vhost_user,
+    "xps": xps,
 }
 
 
