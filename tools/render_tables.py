@@ -410,7 +410,8 @@ def summary(d):
                      f"{fmt(ping('plain'), 3)} / {fmt(ping('napi+at-rx'), 3)} / {fmt(ping('napi+at-rx+direct'), 3)} ms"])
     except (KeyError, FileNotFoundError):
         pass
-    rows.append(["003 XPS by rx queue", "not built yet (issue 12)"])
+    rows.append(["[003](docs/seed-003-xps.md) XPS by rx queue",
+                 "in-process experiment built, see its page; through real sockets not yet (issue 12)"])
     rows.append(["004 persistent grants", "not built yet (issue 13)"])
     return table(["seed", "headline, from the last `make bench`"], rows) + \
         f"\n<sub>Data: `{d.rel}/` (every file records its commit, command line and machine).</sub>\n"
