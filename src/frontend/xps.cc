@@ -137,7 +137,7 @@ std::vector<unsigned> Xps::virtnet_set_affinity(uint16_t pairs) {
     if (pairs == 0 || num_cpus_ == 0) return irq_cpu;
     pairs = std::min(pairs, num_txq_);
     const unsigned stride = std::max(1u, unsigned{num_cpus_} / pairs);
-    const unsigned stragglers = num_cpus_ >= pairs ? num_cpus_ % pairs : 0;
+    const unsigned stragglers = num_cpus_ >= pairs ? unsigned{num_cpus_} % pairs : 0u;
     std::lock_guard lock(mutex_);
     auto m = std::make_unique<Map>(*map_.load(std::memory_order_relaxed));
     unsigned cpu = 0;
