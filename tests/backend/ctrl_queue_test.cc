@@ -582,14 +582,7 @@ public:
     bool send_burst(uint32_t n) {
         frontend::QueuePair& qp = tb_.qp();
         const uint64_t before = dev_->stats().tx_pkts.get();
-        for (uint32_t i = 0; i < n; ++i) {
-            uint32_t id = 0;
-            if (!qp.alloc_buf(id)) qp.free_old_xmit();
-            if (!qp.alloc_buf(id)) return false;
-            harness::write_packet(qp.buf_host(id), seq_++, 64);
-            if (!qp.xmit(id, 64)) return false;
-        }
-        qp.tx_flush();
+        if (!harness::xmit_packets(qp, seq_, n)) return false;
         return wait_until([&] { return dev_->stats().tx_pkts.get() == before + n; });
     }
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "pvnet/backend/vhost_net.h"
+#include "pvnet/frontend/virtio_net.h"
 #include "pvnet/pair/shared_memory_pair.h"
 #include "pvnet/virtio/virtio_config.h"
 #include "pvnet/mem/guest_addr.h"
@@ -338,6 +339,20 @@ private:
 using Dev = Harness::Dev;
 
 /// Waits until `done()` or 10 s; true if it held (every wait is bounded).
+/// Queues `n` 64-byte packets (seqs from `seq` on) on the guest's tx ring
+/// and publishes them with one tx_flush; false if a buffer or slot lacked.
+inline bool xmit_packets(frontend::QueuePair& qp, uint64_t& seq, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) {
+        uint32_t id = 0;
+        if (!qp.alloc_buf(id)) qp.free_old_xmit();
+        if (!qp.alloc_buf(id)) return false;
+        write_packet(qp.buf_host(id), seq++, 64);
+        if (!qp.xmit(id, 64)) return false;
+    }
+    qp.tx_flush();
+    return true;
+}
+
 inline bool wait_until(const std::function<bool()>& done) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (!done()) {

@@ -42,14 +42,7 @@ public:
         frontend::QueuePair& qp = tb_.qp(q);
         const uint64_t before = dev_->stats(q).tx_pkts.get();
         qp.free_old_xmit();  // the last burst's descriptors, before the ring fills
-        for (uint32_t i = 0; i < n; ++i) {
-            uint32_t id = 0;
-            if (!qp.alloc_buf(id)) qp.free_old_xmit();
-            if (!qp.alloc_buf(id)) return false;
-            harness::write_packet(qp.buf_host(id), seq_++, 64);
-            if (!qp.xmit(id, 64)) return false;
-        }
-        qp.tx_flush();
+        if (!harness::xmit_packets(qp, seq_, n)) return false;
         return wait_until([&] { return dev_->stats(q).tx_pkts.get() >= before + n; });
     }
 
