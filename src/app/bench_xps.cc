@@ -5,7 +5,10 @@
 // p99 under 5 ms), then half of it and 90% of it. Variants interleave in each
 // round; medians over the rounds, min–max in the JSON.
 #include <algorithm>
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -78,6 +81,7 @@ void add_bench_xps(CLI::App& bench) {
         uint16_t flows = 64;
         uint32_t server_ns = 0;
         bool pin = false;
+        std::string transport = "in-process";
         int repeat = 5;
         double seconds = 1.0;
         std::string json;
@@ -99,7 +103,14 @@ void add_bench_xps(CLI::App& bench) {
         ->check(Int(uint16_t{2}, uint16_t{4096}));
     cmd->add_option("--server-ns", o->server_ns, "server work per request, ns")
         ->check(Int(0u, 1'000'000u));
-    cmd->add_flag("--pin", o->pin, "pin server thread t to CPU t % ncpu (default: free)");
+    cmd->add_flag("--pin", o->pin,
+                  "pin server thread t to CPU t % ncpu (default: free); with --transport relay: "
+                  "udp-rr --steer incoming-cpu (default: hash)");
+    cmd->add_option("--transport", o->transport,
+                    "in-process: the guest's server threads in this process; relay: `pvnet relay "
+                    "--queues 2` between namespaces, udp-rr server and client over real sockets "
+                    "(root)")
+        ->check(checks::OneOf({"in-process", "relay"}));
     cmd->add_option("--repeat", o->repeat, "rounds")->check(Int(1, 1000));
     cmd->add_option("--seconds", o->seconds, "measured seconds per run")
         ->check(checks::Real(0.1, 600.0));
@@ -107,6 +118,17 @@ void add_bench_xps(CLI::App& bench) {
 
     cmd->callback([o] {
         boost_autogroup();
+        // The relay's children exec this binary by path, from inside
+        // `ip netns exec` (where /proc/self/exe would be ip itself).
+        const std::string self = o->transport == "relay"
+                                     ? std::filesystem::read_symlink("/proc/self/exe").string()
+                                     : std::string();
+        unsigned run_no = 0;
+        const auto run = [&](const bench::XpsBenchConfig& c) {
+            if (o->transport == "in-process") return bench::run_xps_bench(c);
+            const std::string tag = "x" + std::to_string(getpid()) + "-" + std::to_string(run_no++);
+            return bench::run_xps_relay_bench(c, self, tag);
+        };
         auto config = [&](bench::XpsVariant v, uint16_t threads, uint32_t rate, double seconds) {
             bench::XpsBenchConfig c;
             c.variant = v;
@@ -134,7 +156,7 @@ void add_bench_xps(CLI::App& bench) {
             // Doubling, then four bisection steps, with short runs.
             uint32_t good = 0, bad = 0;
             for (uint32_t r = 20'000; r <= 5'000'000; r *= 2) {
-                const auto res = bench::run_xps_bench(config(bench::XpsVariant::Default, t, r, 0.5));
+                const auto res = run(config(bench::XpsVariant::Default, t, r, 0.5));
                 std::fprintf(stderr, "probe %ux %u/s: %.0f/s p99 %.0f us\n", t, r,
                              res.achieved_per_s, res.p99_us);
                 if (!sustained(res)) {
@@ -146,7 +168,7 @@ void add_bench_xps(CLI::App& bench) {
             if (good == 0) throw std::runtime_error("not even 20000 requests/s is sustained");
             for (int k = 0; k < 4 && bad != 0; ++k) {
                 const uint32_t mid = good + (bad - good) / 2;
-                const auto res = bench::run_xps_bench(config(bench::XpsVariant::Default, t, mid, 0.5));
+                const auto res = run(config(bench::XpsVariant::Default, t, mid, 0.5));
                 std::fprintf(stderr, "probe %ux %u/s: %.0f/s p99 %.0f us\n", t, mid,
                              res.achieved_per_s, res.p99_us);
                 (sustained(res) ? good : bad) = mid;
@@ -160,7 +182,7 @@ void add_bench_xps(CLI::App& bench) {
         for (int r = 0; r < o->repeat; ++r) {
             for (auto& c : cells) {
                 for (std::size_t vi = 0; vi < 2; ++vi) {
-                    auto res = bench::run_xps_bench(config(kVariants[vi], c.threads, c.rate, o->seconds));
+                    auto res = run(config(kVariants[vi], c.threads, c.rate, o->seconds));
                     ++done;
                     std::fprintf(stderr, "\r[%zu/%zu] %ux %u/s %-10s%s   ", done, total, c.threads,
                                  c.rate, bench::to_string(kVariants[vi]),
@@ -211,9 +233,14 @@ void add_bench_xps(CLI::App& bench) {
             j["flows"] = o->flows;
             j["server_ns"] = o->server_ns;
             j["pinned"] = o->pin;
+            j["transport"] = o->transport;
             j["queue_pairs"] = 2;
-            j["cycles_source"] = "thread CPU time (CLOCK_THREAD_CPUTIME_ID) of the backend worker, "
-                                 "NAPI and server threads x rdtsc rate";
+            j["cycles_source"] =
+                o->transport == "relay"
+                    ? "CPU time (schedstat) of the relay process and the udp-rr server x rdtsc "
+                      "rate; context switches system-wide (/proc/stat ctxt)"
+                    : "thread CPU time (CLOCK_THREAD_CPUTIME_ID) of the backend worker, NAPI and "
+                      "server threads x rdtsc rate";
             j["hardware_counters"] = "none in this VM: insn per cycle and cache misses not measured";
             for (const auto& c : cells) {
                 for (std::size_t vi = 0; vi < 2; ++vi) {

@@ -12,6 +12,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -23,12 +24,14 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "app_commands.h"
 #include "backend_options.h"
 #include "cli_checks.h"
 #include "pvnet/backend/ctrl_queue.h"
 #include "pvnet/backend/vhost_net.h"
+#include "pvnet/frontend/xps.h"
 #include "pvnet/relay/plain_relay.h"
 #include "pvnet/relay/ring_relay.h"
 #include "pvnet/virtio/virtio_ring.h"
@@ -52,7 +55,29 @@ struct RelayOptions {
     std::string offloads = "on";
     int guest_cpu = -1, backend_cpu = -1;
     double stats_interval = 1.0;
+    bool xps = false, symmetric = false;
+    std::vector<std::string> xps_cpus, xps_rxqs;  ///< "TXQ=MASK", sysfs mask syntax
 };
+
+/// "TXQ=MASK" of --xps-cpus / --xps-rxqs: tx queue TXQ < `queues`, MASK in
+/// sysfs syntax over `nbits` bits. The error names the bad part.
+std::pair<uint16_t, std::string> parse_xps_setting(const std::string& opt, const std::string& s,
+                                                   uint16_t queues, unsigned nbits) {
+    const std::size_t eq = s.find('=');
+    uint16_t txq = 0;
+    if (eq == std::string::npos || !CLI::detail::lexical_cast(s.substr(0, eq), txq) ||
+        txq >= queues) {
+        throw CLI::ValidationError(
+            opt, checks::must_be(s, "TXQ=MASK with TXQ a tx queue from 0 to " +
+                                        std::to_string(queues - 1)));
+    }
+    const std::string mask = s.substr(eq + 1);
+    frontend::XpsMask parsed;
+    if (auto err = frontend::XpsMask::parse(mask, nbits, parsed)) {
+        throw CLI::ValidationError(opt, s + ": " + *err);
+    }
+    return {txq, mask};
+}
 
 /// TUN_F_* for --offloads: what lets 64 KiB GSO frames and partial checksums through.
 unsigned offload_flags(const RelayOptions& o) {
@@ -194,6 +219,20 @@ void print_ring_counters(const char* tag, const relay::RingRelay& r) {
         {"a_full", c.a_full},
     };
     for (const auto& [k, v] : acct) std::printf(" %s=%llu", k, static_cast<unsigned long long>(v));
+    // Each guest thread's XPS outcomes (with --xps), t<i>_ before the name.
+    for (std::size_t i = 0; i < c.threads.size(); ++i) {
+        const relay::RingRelayThreadCounters& t = c.threads[i];
+        for (std::size_t k = 0; k < t.txq_used.size(); ++k) {
+            std::printf(" t%zu_txq%zu=%llu", i, k, static_cast<unsigned long long>(t.txq_used[k]));
+        }
+        const std::pair<const char*, uint64_t> per_thread[] = {
+            {"xps_rxqs", t.by_rxqs},         {"xps_cpus", t.by_cpus}, {"xps_hash", t.by_hash},
+            {"rxq_mismatch", t.rxq_mismatch}, {"xps_copied", t.copied},
+        };
+        for (const auto& [k, v] : per_thread) {
+            std::printf(" t%zu_%s=%llu", i, k, static_cast<unsigned long long>(v));
+        }
+    }
     // Each queue pair's share, q<i>_ before the total's name.
     for (std::size_t i = 0; i < c.queues.size(); ++i) {
         const relay::RingRelayQueueCounters& q = c.queues[i];
@@ -212,7 +251,6 @@ void print_ring_counters(const char* tag, const relay::RingRelay& r) {
 }
 
 void run_ring(const RelayOptions& o) {
-    const int sfd = block_stop_signals();
     relay::RingRelayConfig cfg;
     cfg.guest_tap.name = o.guest_tap;
     cfg.guest_tap.netns = o.guest_netns;
@@ -235,6 +273,16 @@ void run_ring(const RelayOptions& o) {
     cfg.queues = o.queues;
     cfg.guest_cpu = o.guest_cpu;
     cfg.backend_cpu = o.backend_cpu;
+    cfg.xps = o.xps || o.symmetric || !o.xps_cpus.empty() || !o.xps_rxqs.empty();
+    cfg.symmetric = o.symmetric;
+    const auto ncpu = static_cast<unsigned>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+    for (const std::string& s : o.xps_cpus) {
+        cfg.xps_cpus.push_back(parse_xps_setting("--xps-cpus", s, o.queues, ncpu));
+    }
+    for (const std::string& s : o.xps_rxqs) {
+        cfg.xps_rxqs.push_back(parse_xps_setting("--xps-rxqs", s, o.queues, o.queues));
+    }
+    const int sfd = block_stop_signals();
     auto r = relay::RingRelay::create(cfg);
     if (!r) {
         ::close(sfd);
@@ -299,6 +347,20 @@ void add_relay_command(CLI::App& app) {
         cmd->add_option("--guest-cpu", o->guest_cpu,
                         "CPU N of guest thread 0; thread i on CPU (N + i) mod online CPUs (-1: any)")
             ->check(checks::Cpu()),
+        cmd->add_flag("--xps", o->xps,
+                      "pick each frame's tx queue pair by XPS (xps_rxqs, then xps_cpus, then the "
+                      "flow hash) instead of the reading thread's own pair"),
+        cmd->add_option("--xps-cpus", o->xps_cpus,
+                        "TXQ=MASK: tx queue TXQ's CPU mask, sysfs syntax (e.g. 0=1 1=2); "
+                        "repeatable; implies --xps")
+            ->type_name("TXQ=MASK"),
+        cmd->add_option("--xps-rxqs", o->xps_rxqs,
+                        "TXQ=MASK: tx queue TXQ's rx-queue mask, sysfs syntax; repeatable; "
+                        "implies --xps")
+            ->type_name("TXQ=MASK"),
+        cmd->add_flag("--symmetric", o->symmetric,
+                      "xps_rxqs maps rx queue i to tx queue i (a flow's replies leave on the "
+                      "queue its requests came in on); implies --xps"),
     });
     cmd->add_option("--offloads", o->offloads,
                     "on: TUNSETOFFLOAD CSUM|TSO4|TSO6 on both taps (GSO frames pass); off: none")

@@ -62,7 +62,7 @@ Result<std::unique_ptr<QueuePair>, FrontendError> QueuePair::create(
     off += align_up(ring::split_ring_bytes(cfg.rx_size), 4096);
     const ring::SplitRingAddrs tx_addrs = ring::split_ring_addrs_at(base + off, cfg.tx_size);
     off += align_up(ring::split_ring_bytes(cfg.tx_size), 4096);
-    auto pool = BufferPool::create(table, base + off, cfg.n_bufs, cfg.buf_bytes);
+    auto pool = BufferPool::create(table, base + off, cfg.n_bufs, cfg.buf_bytes, cfg.shared_pool);
     if (!pool) return unexpected(pool.error());
     off += align_up(uint64_t{cfg.n_bufs} * cfg.buf_bytes, 4096);
 

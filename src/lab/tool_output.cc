@@ -214,4 +214,16 @@ Result<PingReport, std::string> parse_ping(std::string_view text) {
     return r;
 }
 
+std::optional<uint64_t> key_value(std::string_view text, std::string_view key) {
+    std::string needle = " ";
+    needle.append(key).push_back('=');
+    const std::size_t at = text.rfind(needle);
+    if (at == std::string_view::npos) return std::nullopt;
+    const char* first = text.data() + at + needle.size();
+    uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(first, text.data() + text.size(), v);
+    if (ec != std::errc() || end == first) return std::nullopt;
+    return v;
+}
+
 }  // namespace pvnet::lab

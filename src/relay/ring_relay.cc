@@ -3,6 +3,7 @@
 #include "pvnet/relay/ring_relay.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "pvnet/net/flow_hash.h"
 #include "pvnet/util/thread.h"
 #include "pvnet/virtio/virtio_config.h"
 #include "pvnet/virtio/virtio_net.h"
@@ -39,12 +41,27 @@ bool is_gso(const std::byte* hdr, uint32_t len) noexcept {
     return h.gso_type != virtio::VIRTIO_NET_HDR_GSO_NONE;
 }
 
+/// The symmetric flow hash of the frame behind the virtio_net_hdr at `slot`
+/// (`len` bytes: the first piece, which holds the headers; a slot is a page).
+uint32_t flow_hash_after_hdr(const std::byte* slot, uint32_t len) noexcept {
+    constexpr uint32_t kHdr = sizeof(virtio::virtio_net_hdr);
+    if (len <= kHdr) return 0;
+    // uint8_t may alias any object's bytes.
+    return net::flow_hash_symmetric(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(slot) + kHdr, len - kHdr));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRelayConfig& cfg) {
     if (cfg.queues < 1 || cfg.queues > kMaxRelayQueues) {
         return unexpected("queues " + std::to_string(cfg.queues) + ": 1.." +
                           std::to_string(kMaxRelayQueues));
+    }
+    // At-rx reaps the send queue from the receive queue's poll, which runs
+    // without the tx lock that xps needs.
+    if (cfg.xps && cfg.fe.clean_tx_at_rx) {
+        return unexpected(std::string("xps and at-rx together: at-rx reaps tx without its lock"));
     }
     std::unique_ptr<RingRelay> r(new RingRelay());
     r->cfg_ = cfg;
@@ -85,7 +102,26 @@ Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRela
     r->max_pieces_ = cfg.offloads ? kMaxPieces : 1;
     fc.tx_max_pieces = static_cast<uint16_t>(r->max_pieces_);
     fc.n_bufs = uint32_t{fc.rx_size} + (uint32_t{fc.tx_size} + 1u) * r->max_pieces_;
+    if (cfg.xps) {
+        // Every other thread may hold one frame's slots of this pool while
+        // it copies into them; the pool is theirs too.
+        fc.shared_pool = true;
+        fc.n_bufs += (uint32_t{cfg.queues} - 1u) * r->max_pieces_;
+    }
     if (auto err = r->tb_.setup(fc)) return unexpected("guest setup: " + *err);
+    if (cfg.xps) {
+        frontend::Xps& xps = r->tb_.fe().xps();
+        for (const auto& [txq, mask] : cfg.xps_cpus) {
+            if (auto err = xps.set_cpus(txq, mask)) return unexpected("xps_cpus: " + *err);
+        }
+        for (const auto& [txq, mask] : cfg.xps_rxqs) {
+            if (auto err = xps.set_rxqs(txq, mask)) return unexpected("xps_rxqs: " + *err);
+        }
+        if (cfg.symmetric) xps.symmetric(cfg.queues);
+        for (auto& q : r->queues_) {
+            q->xps_stats = std::make_unique<frontend::XpsThreadStats>(cfg.queues);
+        }
+    }
     backend::VhostNetOptions bo;
     bo.rx_weight = cfg.rx_weight;
     bo.tx_weight = cfg.tx_weight;
@@ -179,6 +215,10 @@ bool RingRelay::deliver_rx(GuestQueue& q, std::span<const frontend::RxPiece> pie
         len += pieces[i].len;
     }
     if (is_gso(pieces[0].host, pieces[0].len)) q.gso_rx.add();
+    if (cfg_.xps) {
+        // sk_rx_queue_set: the flow's next transmit finds this queue.
+        flows_.record(flow_hash_after_hdr(pieces[0].host, pieces[0].len), q.index);
+    }
     // Tap A full (Retry): the rx buffer goes back to the ring, so the frame
     // cannot wait; it is a counted drop.
     if (q.tap_a->send(std::span<const iovec>(q.rx_iov.data(), pieces.size()), len) ==
@@ -188,46 +228,138 @@ bool RingRelay::deliver_rx(GuestQueue& q, std::span<const frontend::RxPiece> pie
     return false;
 }
 
+uint32_t RingRelay::read_tap_a(GuestQueue& q, frontend::QueuePair& qp, uint32_t& used) noexcept {
+    // Room for the largest frame tap A may hand us: tun cuts what does not
+    // fit, so the read gets every slot a frame could need, and the ones it
+    // did not fill go straight back.
+    const uint32_t slot = qp.buf_bytes();
+    for (uint32_t i = 0; i < max_pieces_; ++i) {
+        if (!qp.alloc_buf(q.tx_ids[i])) {
+            // Only with xps (pools are shared): another thread took the
+            // slots since the caller checked. Read nothing now.
+            while (i-- > 0) qp.free_buf(q.tx_ids[i]);
+            used = 0;
+            return 0;
+        }
+        q.tx_iov[i] = iovec{qp.buf_host(q.tx_ids[i]), slot};
+    }
+    const uint32_t len = q.tap_a->recv(std::span<const iovec>(q.tx_iov.data(), max_pieces_));
+    used = (len + slot - 1) / slot;
+    for (uint32_t i = max_pieces_; i-- > used;) qp.free_buf(q.tx_ids[i]);
+    return len;
+}
+
+bool RingRelay::send_frame(GuestQueue& q, frontend::QueuePair& qp, uint32_t used,
+                           uint32_t len) noexcept {
+    const uint32_t slot = qp.buf_bytes();
+    for (uint32_t i = 0; i < used; ++i) {
+        q.tx_pieces[i] = frontend::TxPiece{q.tx_ids[i], i + 1 < used ? slot : len - i * slot};
+    }
+    const bool gso = is_gso(qp.buf_host(q.tx_ids[0]), len);
+    const frontend::XmitStatus st =
+        qp.xmit_sg(*q.flow, std::span<const frontend::TxPiece>(q.tx_pieces.data(), used));
+    if (st != frontend::XmitStatus::Ok) {
+        // Dropped: xmit_sg freed the slots and counted it (a broken ring).
+        // Stopped: the caller checked, but the frame is gone either way: count it.
+        if (st != frontend::XmitStatus::Dropped) {
+            for (uint32_t i = 0; i < used; ++i) qp.free_buf(q.tx_ids[i]);
+            q.lost.add();
+        }
+        return false;
+    }
+    if (gso) q.gso_tx.add();
+    if (len > q.max_tx_frame.get()) q.max_tx_frame.add(len - q.max_tx_frame.get());
+    return true;
+}
+
 uint32_t RingRelay::guest_xmit(GuestQueue& q) noexcept {
     frontend::QueuePair& qp = tb_.qp(q.index);
-    const uint32_t slot = qp.buf_bytes();
     uint32_t queued = 0;
     // start_xmit reaps first (free_old_xmit): free-on-xmit has no other
     // place to reap, and a stopped queue restarts only here after its tx
     // interrupt (skb_xmit_done just says there is room).
     if (qp.tx_stopped() || qp.free_bufs() < max_pieces_) (void)qp.free_old_xmit();
     while (queued < frontend::kNapiBudget && !qp.tx_stopped() && qp.free_bufs() >= max_pieces_) {
-        // Room for the largest frame tap A may hand us: tun cuts what does
-        // not fit, so the read gets every slot a frame could need, and the
-        // ones it did not fill go straight back.
-        for (uint32_t i = 0; i < max_pieces_; ++i) {
-            (void)qp.alloc_buf(q.tx_ids[i]);
-            q.tx_iov[i] = iovec{qp.buf_host(q.tx_ids[i]), slot};
-        }
-        const uint32_t len = q.tap_a->recv(std::span<const iovec>(q.tx_iov.data(), max_pieces_));
-        const uint32_t used = (len + slot - 1) / slot;
-        for (uint32_t i = max_pieces_; i-- > used;) qp.free_buf(q.tx_ids[i]);
-        if (len == 0) break;
-        for (uint32_t i = 0; i < used; ++i) {
-            q.tx_pieces[i] = frontend::TxPiece{q.tx_ids[i], i + 1 < used ? slot : len - i * slot};
-        }
-        const bool gso = is_gso(qp.buf_host(q.tx_ids[0]), len);
-        const frontend::XmitStatus st =
-            qp.xmit_sg(*q.flow, std::span<const frontend::TxPiece>(q.tx_pieces.data(), used));
-        if (st != frontend::XmitStatus::Ok) {
-            // Dropped: xmit_sg freed the slots and counted it (a broken
-            // ring). Stopped cannot happen (checked above, nothing else runs
-            // the queue), but the frame is gone either way: count it.
-            if (st != frontend::XmitStatus::Dropped) {
-                for (uint32_t i = 0; i < used; ++i) qp.free_buf(q.tx_ids[i]);
-                q.lost.add();
-            }
-            break;
-        }
-        if (gso) q.gso_tx.add();
-        if (len > q.max_tx_frame.get()) q.max_tx_frame.add(len - q.max_tx_frame.get());
+        uint32_t used = 0;
+        const uint32_t len = read_tap_a(q, qp, used);
+        if (len == 0 || !send_frame(q, qp, used, len)) break;
         ++queued;
     }
+    return queued;
+}
+
+uint32_t RingRelay::guest_xmit_xps(GuestQueue& q, bool& direct) noexcept {
+    frontend::QueuePair& own = tb_.qp(q.index);
+    const frontend::Xps& xps = tb_.fe().xps();
+    {
+        // As guest_xmit: reap our own queue first, which may have stopped
+        // with our pool's slots in flight.
+        std::lock_guard g(q.tx_lock);
+        if (own.tx_stopped() || own.free_bufs() < max_pieces_) (void)own.free_old_xmit();
+    }
+    // The CPU is read once a burst, as one start_xmit batch runs on one CPU.
+    const int cpu = sched_getcpu();
+    const unsigned this_cpu = cpu < 0 ? 0u : static_cast<unsigned>(cpu);
+    GuestQueue* locked = nullptr;  // the pair whose tx lock this thread holds
+    uint64_t direct_before = 0;
+    auto release = [&] {
+        if (locked == nullptr) return;
+        frontend::QueuePair& qp = tb_.qp(locked->index);
+        qp.tx_flush();
+        if (qp.stats().tx_direct.get() != direct_before) direct = true;
+        locked->tx_lock.unlock();
+        locked = nullptr;
+    };
+    uint32_t queued = 0;
+    while (queued < frontend::kNapiBudget) {
+        uint32_t used = 0;
+        const uint32_t len = read_tap_a(q, own, used);
+        if (len == 0) break;
+        const uint32_t hash =
+            flow_hash_after_hdr(own.buf_host(q.tx_ids[0]), std::min(len, own.buf_bytes()));
+        const std::optional<uint16_t> rxq = flows_.lookup(hash);
+        const frontend::XpsPick pick = xps.pick(rxq, this_cpu, hash);
+        q.xps_stats->record(pick, rxq);
+        GuestQueue& dst_q = *queues_[pick.txq];
+        if (locked != &dst_q) {
+            release();
+            dst_q.tx_lock.lock();
+            locked = &dst_q;
+            direct_before = tb_.qp(dst_q.index).stats().tx_direct.get();
+        }
+        frontend::QueuePair& dst = tb_.qp(dst_q.index);
+        // A stopped queue restarts when its completions are reaped; in
+        // free-on-xmit mode only a transmit reaps (start_xmit).
+        if (dst.tx_stopped()) (void)dst.free_old_xmit();
+        if (dst.tx_stopped()) {
+            for (uint32_t i = 0; i < used; ++i) own.free_buf(q.tx_ids[i]);
+            q.lost.add();
+            continue;
+        }
+        if (&dst != &own) {
+            // Into the other pair's buffers; ours go back to our pool.
+            uint32_t copied = 0;
+            for (; copied < used; ++copied) {
+                uint32_t id = 0;
+                if (!dst.alloc_buf(id)) break;
+                const uint32_t slot = own.buf_bytes();
+                const uint32_t n = copied + 1 < used ? slot : len - copied * slot;
+                std::memcpy(dst.buf_host(id), own.buf_host(q.tx_ids[copied]), n);
+                own.free_buf(q.tx_ids[copied]);
+                q.tx_ids[copied] = id;
+            }
+            if (copied < used) {
+                // The other pool is dry: drop the frame, counted.
+                for (uint32_t i = 0; i < copied; ++i) dst.free_buf(q.tx_ids[i]);
+                for (uint32_t i = copied; i < used; ++i) own.free_buf(q.tx_ids[i]);
+                q.lost.add();
+                continue;
+            }
+            q.xps_copied.add();
+        }
+        if (send_frame(q, dst, used, len)) ++queued;
+    }
+    release();
     return queued;
 }
 
@@ -261,25 +393,36 @@ void RingRelay::guest_loop(GuestQueue& q) noexcept {
         const uint32_t n = qp.busy_poll_rx_packets(frontend::kNapiBudget, deliver, spin_usecs);
         spin_usecs = cfg_.fe.busy_poll_usecs;
         if (n != 0) qp.try_fill_recv();
-        qp.tx_interrupt();
-        const uint32_t queued = draining ? 0 : guest_xmit(q);
-        if (queued != 0) {
-            const uint64_t direct_before = qp.stats().tx_direct.get();
-            qp.tx_flush();
-            // A small batch just went out in this thread (tap B's kernel
-            // answered inside that write if it answers at once): wait for
-            // the answer spinning, not asleep, saving a wake-up per round trip.
-            if (qp.stats().tx_direct.get() != direct_before) {
-                spin_usecs = std::max(spin_usecs, cfg_.direct_spin_usecs);
+        uint32_t queued = 0;
+        bool went_direct = false;
+        if (cfg_.xps) {
+            {
+                std::lock_guard g(q.tx_lock);
+                qp.tx_interrupt();
+            }
+            if (!draining) queued = guest_xmit_xps(q, went_direct);
+        } else {
+            qp.tx_interrupt();
+            queued = draining ? 0 : guest_xmit(q);
+            if (queued != 0) {
+                const uint64_t direct_before = qp.stats().tx_direct.get();
+                qp.tx_flush();
+                went_direct = qp.stats().tx_direct.get() != direct_before;
             }
         }
+        // A small batch just went out in this thread (tap B's kernel
+        // answered inside that write if it answers at once): wait for the
+        // answer spinning, not asleep, saving a wake-up per round trip.
+        if (went_direct) spin_usecs = std::max(spin_usecs, cfg_.direct_spin_usecs);
         if (n == 0 && queued == 0 && qp.napi_complete()) {
             // Idle: sleep on tap A (unless the tx queue is stopped: then only
             // the tx interrupt can restart it) and both interrupts.
             // A tap whose device is gone polls as an error forever: stop
             // watching it rather than spin (the backend does the same for tap B).
+            // With xps the pool says it: our queue's state is under its lock.
+            const bool tx_room = cfg_.xps ? qp.free_bufs() >= max_pieces_ : !qp.tx_stopped();
             pollfd p[3] = {{q.tap_a_gone || draining ? -1 : q.tap_a->rx_fd(),
-                            static_cast<short>(qp.tx_stopped() ? 0 : POLLIN), 0},
+                            static_cast<short>(tx_room ? POLLIN : 0), 0},
                            {rx_call.fd(), POLLIN, 0},
                            {tx_call.fd(), POLLIN, 0}};
             if (poll(p, 3, draining ? 1 : 100) > 0) {
@@ -354,6 +497,17 @@ RingRelayCounters RingRelay::counters() const {
         c.a_written += ta.tx_pkts.get();
         c.a_write_drops += ta.tx_drops();
         c.a_full += q->tap_a_full.get();
+        if (q->xps_stats) {
+            const frontend::XpsThreadStats& xs = *q->xps_stats;
+            RingRelayThreadCounters t;
+            for (const Counter& u : xs.txq_used) t.txq_used.push_back(u.get());
+            t.by_rxqs = xs.by_rule[static_cast<std::size_t>(frontend::XpsRule::Rxqs)].get();
+            t.by_cpus = xs.by_rule[static_cast<std::size_t>(frontend::XpsRule::Cpus)].get();
+            t.by_hash = xs.by_rule[static_cast<std::size_t>(frontend::XpsRule::Hash)].get();
+            t.rxq_mismatch = xs.rxq_mismatch.get();
+            t.copied = q->xps_copied.get();
+            c.threads.push_back(std::move(t));
+        }
     }
     return c;
 }

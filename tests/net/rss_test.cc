@@ -1,6 +1,7 @@
 // RSS (issue 12): the Toeplitz hash against Microsoft's verification vectors,
 // the hash input taken from frames built here, the indirection table, and
 // every rejection of a hostile VIRTIO_NET_CTRL_MQ_RSS_CONFIG.
+#include "pvnet/net/flow_hash.h"
 #include "pvnet/net/rss.h"
 
 #include <arpa/inet.h>
@@ -513,6 +514,52 @@ TEST(SelectRxQueue, SmallTablesUseTheLowBits) {
         EXPECT_EQ(select_rx_queue(one.value(), ipv6_frame(t, kUdp)).queue, 3);
         EXPECT_EQ(select_rx_queue(two.value(), ipv6_frame(t, kUdp)).queue,
                   (t.with_tcp & 1) ? 1 : 2);
+    }
+}
+
+// flow_hash_symmetric (flow_hash.h): a request and its reply hash alike.
+Vector reversed(const Vector& t) {
+    return Vector{t.src, t.sport, t.dst, t.dport, 0, 0};
+}
+
+TEST(FlowHashSymmetric, BothDirectionsOfAFlowHashAlike) {
+    for (const Vector& t : kIpv4Vectors) {
+        for (const uint8_t proto : {kTcp, kUdp}) {
+            const uint32_t h = flow_hash_symmetric(ipv4_frame(t, {.proto = proto}));
+            EXPECT_NE(h, 0u) << t.src;
+            EXPECT_EQ(flow_hash_symmetric(ipv4_frame(reversed(t), {.proto = proto})), h) << t.src;
+        }
+    }
+    for (const Vector& t : kIpv6Vectors) {
+        const uint32_t h = flow_hash_symmetric(ipv6_frame(t, kUdp));
+        EXPECT_NE(h, 0u) << t.src;
+        EXPECT_EQ(flow_hash_symmetric(ipv6_frame(reversed(t), kUdp)), h) << t.src;
+    }
+}
+
+TEST(FlowHashSymmetric, PortsProtocolAndAddressesTellFlowsApart) {
+    const Vector& t = kIpv4Vectors[0];
+    const uint32_t h = flow_hash_symmetric(ipv4_frame(t, {.proto = kUdp}));
+    Vector other_port = t;
+    ++other_port.sport;
+    EXPECT_NE(flow_hash_symmetric(ipv4_frame(other_port, {.proto = kUdp})), h);
+    EXPECT_NE(flow_hash_symmetric(ipv4_frame(t, {.proto = kTcp})), h);
+    EXPECT_NE(flow_hash_symmetric(ipv4_frame(kIpv4Vectors[1], {.proto = kUdp})), h);
+    // Equal addresses: the ports alone order the endpoints.
+    const Vector self{t.src, 1000, t.src, 2000, 0, 0};
+    EXPECT_EQ(flow_hash_symmetric(ipv4_frame(self, {.proto = kUdp})),
+              flow_hash_symmetric(ipv4_frame(reversed(self), {.proto = kUdp})));
+}
+
+TEST(FlowHashSymmetric, NoIpHeaderIsNoFlow) {
+    Bytes arp = ipv4_frame(kIpv4Vectors[0]);
+    put16(arp, 12, 0x0806);
+    EXPECT_EQ(flow_hash_symmetric(arp), 0u);
+    EXPECT_EQ(flow_hash_symmetric(Bytes(10, 0)), 0u);
+    // Cut anywhere inside the IP header: no flow, no read past the end.
+    const Bytes f = ipv4_frame(kIpv4Vectors[0], {.proto = kUdp});
+    for (std::size_t n = 0; n < 14 + 20; ++n) {
+        EXPECT_EQ(flow_hash_symmetric(std::span<const uint8_t>(f.data(), n)), 0u) << n;
     }
 }
 

@@ -8,13 +8,13 @@
 #include <optional>
 #include <string>
 
+#include "pvnet/lab/tool_output.h"
+
 namespace pvnet::bench {
 
 /// The value of `key=` in a relay's counters line (its last occurrence).
 inline std::optional<uint64_t> counter(const std::string& out, const std::string& key) {
-    const std::size_t at = out.rfind(" " + key + "=");
-    if (at == std::string::npos) return std::nullopt;
-    return std::stoull(out.substr(at + key.size() + 2));
+    return lab::key_value(out, key);
 }
 
 /// After a run: frames in = frames out + drops by reason, per direction,

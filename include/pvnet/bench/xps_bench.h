@@ -89,4 +89,19 @@ struct XpsBenchResult {
 
 XpsBenchResult run_xps_bench(const XpsBenchConfig& cfg) noexcept;
 
+/// The same comparison through real sockets: `pvnet relay --queues 2` (its
+/// guest threads free, XPS on: `--xps` for Default, `--symmetric`) between
+/// two namespaces (RelayBed), a `pvnet udp-rr server` of cfg.threads threads
+/// (SO_INCOMING_CPU steering, or the hash when !cfg.pin_threads) behind tap
+/// A, and a `pvnet udp-rr client` of cfg.flows flows in netns B at cfg.rate
+/// for cfg.seconds. Each run builds its own bed (`tag` names it), so no run
+/// inherits another's tun flow tables. What it reads: the client's latency
+/// and counts; the relay's final line (interrupts, per-queue frames, per
+/// thread XPS outcomes); context switches system-wide (/proc/stat ctxt);
+/// cycles per request from the relay's and the server's CPU time
+/// (schedstat) × the rdtsc rate. server_ns, queue_size and frame_bytes
+/// other than 64 are not used.
+XpsBenchResult run_xps_relay_bench(const XpsBenchConfig& cfg, const std::string& pvnet_exe,
+                                   const std::string& tag) noexcept;
+
 }  // namespace pvnet::bench

@@ -57,6 +57,10 @@ struct VirtioNetConfig {
     /// VIRTIO_F_INDIRECT_DESC: an xmit_sg chain goes into an indirect table
     /// (laid out after the buffers, tx_max_pieces entries per tx slot).
     bool indirect_desc = false;
+    /// Threads other than the pair's own may send on its tx queue (XPS
+    /// across pairs, the caller holding a per-queue tx lock): the buffer
+    /// pool, which the pair's receive queue shares, then takes a mutex.
+    bool shared_pool = false;
     bool ctrl_vq = false;       ///< VIRTIO_NET_F_CTRL_VQ: lay out a control virtqueue
     uint16_t ctrl_size = 64;    ///< its ring size (>= 4: a command takes 3 descriptors)
     uint32_t ctrl_timeout_us = 1'000'000;  ///< how long a command waits for its ack

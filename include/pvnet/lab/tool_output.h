@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <optional>
 #include <string_view>
 
 #include "pvnet/util/result.h"
@@ -41,5 +42,9 @@ struct PingReport {
     double min_ms = 0, avg_ms = 0, max_ms = 0, mdev_ms = 0;
 };
 Result<PingReport, std::string> parse_ping(std::string_view text);
+
+/// The value of ` key=` in pvnet's key=value counter lines (its last
+/// occurrence in `text`); nullopt when absent or not a number.
+std::optional<uint64_t> key_value(std::string_view text, std::string_view key);
 
 }  // namespace pvnet::lab

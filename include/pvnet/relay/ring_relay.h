@@ -22,6 +22,17 @@
 // B queue i. tun spreads the flows over its queues (tun_automq_select_queue:
 // by flow hash, or the queue a flow's last frame was written on), so a
 // flow stays on one pair both ways.
+//
+// XPS (issue 12, seed 003): with `xps` on, guest thread i still reads tap A
+// queue i, but each frame's tx pair is picked in netdev_pick_tx's order by
+// the device's Xps (VirtioNet::xps): the flow's recorded rx queue through
+// xps_rxqs, else the thread's CPU through xps_cpus, else the flow hash. The
+// flow's rx queue is recorded when its frames come off an rx ring
+// (FlowRxQueueTable, the symmetric flow hash). A thread sending on another
+// pair takes that pair's tx lock (HARD_TX_LOCK) and copies the frame into
+// that pair's buffers (its own buffers return to its own pool); the pools are
+// then shared (VirtioNetConfig::shared_pool). The copy is a cost the kernel
+// does not pay (an skb goes to any queue); it is counted (xps_copied).
 #pragma once
 
 #include <sys/uio.h>
@@ -30,6 +41,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -38,7 +50,9 @@
 #include "pvnet/backend/vhost_net.h"
 #include "pvnet/pair/guest_pair.h"
 #include "pvnet/frontend/flow.h"
+#include "pvnet/frontend/flow_table.h"
 #include "pvnet/frontend/virtio_net.h"
+#include "pvnet/frontend/xps.h"
 #include "pvnet/port/tap_port.h"
 #include "pvnet/util/counters.h"
 #include "pvnet/util/result.h"
@@ -67,6 +81,13 @@ struct RingRelayConfig {
     /// Guest thread i runs on (guest_cpu + i) mod the online CPUs, the
     /// worker on backend_cpu (-1: any).
     int guest_cpu = -1, backend_cpu = -1;
+    /// Pick each frame's tx pair by XPS (above); off: thread i sends on pair i.
+    bool xps = false;
+    /// With xps: sysfs masks per tx queue, applied over the defaults
+    /// (xps_cpus as virtnet_set_affinity sets them, xps_rxqs empty), then
+    /// `symmetric` (rx queue i → tx queue i in xps_rxqs).
+    std::vector<std::pair<uint16_t, std::string>> xps_cpus, xps_rxqs;
+    bool symmetric = false;
 };
 
 inline constexpr uint16_t kMaxRelayQueues = 16;
@@ -77,6 +98,14 @@ struct RingRelayQueueCounters {
     uint64_t b_to_a_pkts = 0, b_to_a_bytes = 0;
     uint64_t kicks = 0, interrupts = 0;
     uint64_t a_read = 0, b_read = 0;  ///< frames read from this queue of tap A / tap B
+};
+
+/// One guest thread's XPS outcomes (with xps on).
+struct RingRelayThreadCounters {
+    std::vector<uint64_t> txq_used;  ///< frames it sent on each tx queue
+    uint64_t by_rxqs = 0, by_cpus = 0, by_hash = 0;  ///< the rule that picked
+    uint64_t rxq_mismatch = 0;  ///< frames of a flow with a recorded rx queue sent on another
+    uint64_t copied = 0;        ///< frames copied into another pair's buffers
 };
 
 /// A snapshot of the relay's counters (monotonic; the caller takes deltas).
@@ -124,6 +153,8 @@ struct RingRelayCounters {
 
     /// Per queue pair, pair i at [i]; the totals above are their sums.
     std::vector<RingRelayQueueCounters> queues;
+    /// Per guest thread (thread i reads tap A queue i), with xps on; else empty.
+    std::vector<RingRelayThreadCounters> threads;
 };
 
 class RingRelay {
@@ -179,7 +210,12 @@ private:
         Counter lost_rx;         ///< rx packets of more pieces than rx_iov holds
         Counter max_tx_frame;    ///< largest frame read from tap A
         Counter tap_a_full;      ///< frames for tap A it had no room for (Retry)
+        Counter xps_copied;      ///< frames sent on another pair (copied into its buffers)
         bool tap_a_gone = false; ///< tap A's fd reported an error
+        /// HARD_TX_LOCK of this pair's send queue, with xps: any guest thread
+        /// may send on it. Its pool has its own lock (shared_pool).
+        std::mutex tx_lock;
+        std::unique_ptr<frontend::XpsThreadStats> xps_stats;  ///< with xps
         std::array<uint32_t, kMaxPieces> tx_ids{};
         std::array<iovec, kMaxPieces> tx_iov{};
         std::array<frontend::TxPiece, kMaxPieces> tx_pieces{};
@@ -191,6 +227,15 @@ private:
     void guest_loop(GuestQueue& q) noexcept;
     /// Tap A → tx ring, up to a NAPI budget; returns packets queued.
     uint32_t guest_xmit(GuestQueue& q) noexcept;
+    /// The same with xps: each frame to the pair Xps picks. `direct` is set
+    /// if a flush ran the device's tx in this thread.
+    uint32_t guest_xmit_xps(GuestQueue& q, bool& direct) noexcept;
+    /// Reads one frame from tap A into `q.tx_ids`; its length (0: none, or
+    /// the pool had no room) and the slots it filled in `used`.
+    uint32_t read_tap_a(GuestQueue& q, frontend::QueuePair& qp, uint32_t& used) noexcept;
+    /// Sends the frame in q.tx_ids[0, used) (length `len`) on `qp`, counting
+    /// what xmit_sg refused; true if queued.
+    bool send_frame(GuestQueue& q, frontend::QueuePair& qp, uint32_t used, uint32_t len) noexcept;
     /// One received packet into tap A (the rx NAPI sink).
     bool deliver_rx(GuestQueue& q, std::span<const frontend::RxPiece> pieces) noexcept;
     /// Chains queued on pair i's tx the backend has not consumed.
@@ -201,6 +246,7 @@ private:
     std::vector<std::unique_ptr<GuestQueue>> queues_;
     std::vector<std::unique_ptr<port::TapPort>> tap_b_;
     std::unique_ptr<backend::VhostNet<port::TapPort>> dev_;
+    frontend::FlowRxQueueTable flows_;  ///< with xps: each flow's last rx queue
     std::atomic<bool> stop_{false};
     std::atomic<bool> draining_{false};  ///< stop(): no more reads from tap A
     bool started_ = false;

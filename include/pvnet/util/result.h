@@ -33,6 +33,7 @@ public:
     T* operator->() { return &std::get<0>(v_); }
     const T* operator->() const { return &std::get<0>(v_); }
     T& operator*() & { return value(); }
+    const T& operator*() const& { return value(); }
 
     E error() const { return std::get<1>(v_); }
 
