@@ -23,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -59,24 +60,55 @@ struct RelayOptions {
     std::vector<std::string> xps_cpus, xps_rxqs;  ///< "TXQ=MASK", sysfs mask syntax
 };
 
-/// "TXQ=MASK" of --xps-cpus / --xps-rxqs: tx queue TXQ < `queues`, MASK in
-/// sysfs syntax over `nbits` bits. The error names the bad part.
-std::pair<uint16_t, std::string> parse_xps_setting(const std::string& opt, const std::string& s,
-                                                   uint16_t queues, unsigned nbits) {
+/// "TXQ=MASK" of --xps-cpus / --xps-rxqs (and of their run-time commands):
+/// tx queue TXQ < `queues`, MASK in sysfs syntax over `nbits` bits. The
+/// error text names the bad part.
+Result<std::pair<uint16_t, std::string>, std::string> parse_xps_setting(const std::string& s,
+                                                                        uint16_t queues,
+                                                                        unsigned nbits) {
     const std::size_t eq = s.find('=');
     uint16_t txq = 0;
     if (eq == std::string::npos || !CLI::detail::lexical_cast(s.substr(0, eq), txq) ||
         txq >= queues) {
-        throw CLI::ValidationError(
-            opt, checks::must_be(s, "TXQ=MASK with TXQ a tx queue from 0 to " +
-                                        std::to_string(queues - 1)));
+        return unexpected(checks::must_be(
+            s, "TXQ=MASK with TXQ a tx queue from 0 to " + std::to_string(queues - 1)));
     }
-    const std::string mask = s.substr(eq + 1);
+    std::string mask = s.substr(eq + 1);
     frontend::XpsMask parsed;
     if (auto err = frontend::XpsMask::parse(mask, nbits, parsed)) {
-        throw CLI::ValidationError(opt, s + ": " + *err);
+        return unexpected(checks::must_be(s, "TXQ=MASK with MASK a mask in sysfs syntax (" +
+                                                 *err + ")"));
     }
-    return {txq, mask};
+    return std::pair{txq, std::move(mask)};
+}
+
+/// The CPUs XPS masks cover (the kernel's nr_cpu_ids, here the online CPUs).
+unsigned xps_cpu_bits() {
+    return static_cast<unsigned>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+/// One run-time command read from stdin, as a sysfs write would be:
+/// "xps_cpus TXQ=MASK" or "xps_rxqs TXQ=MASK". The reply line names the
+/// command: "<command>: ok" or "<command>: error: <why>".
+std::string relay_command(relay::RingRelay& r, uint16_t queues, bool xps, const std::string& line) {
+    const std::size_t sp = line.find(' ');
+    const std::string name = line.substr(0, sp);
+    const bool rxqs = name == "xps_rxqs";
+    std::string err;
+    if (!rxqs && name != "xps_cpus") {
+        err = "unknown command (xps_cpus TXQ=MASK, xps_rxqs TXQ=MASK)";
+    } else if (!xps) {
+        err = "XPS is off (start the relay with --xps or --symmetric)";
+    } else if (sp == std::string::npos) {
+        err = "TXQ=MASK missing";
+    } else if (auto set = parse_xps_setting(line.substr(sp + 1), queues,
+                                            rxqs ? queues : xps_cpu_bits());
+               !set) {
+        err = set.error();
+    } else if (auto e = r.set_xps_mask(rxqs, set->first, set->second)) {
+        err = *e;
+    }
+    return line + (err.empty() ? ": ok" : ": error: " + err);
 }
 
 /// TUN_F_* for --offloads: what lets 64 KiB GSO frames and partial checksums through.
@@ -114,20 +146,46 @@ void print_counters(const char* tag, const relay::PlainRelayStats& st) {
 
 /// Prints "ready", then a `print("stats")` line per --stats-interval until
 /// SIGINT/SIGTERM arrive on `sfd` or `ended()` says the datapath stopped.
+/// With `command`, each line read from stdin gets its reply printed, until
+/// stdin ends.
 void serve(int sfd, const RelayOptions& o, const std::function<void(const char*)>& print,
-           const std::function<bool()>& ended) {
+           const std::function<bool()>& ended,
+           const std::function<std::string(const std::string&)>& command = {}) {
     std::printf("ready\n");
     std::fflush(stdout);
     using Clock = std::chrono::steady_clock;
     const auto interval = std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(o.stats_interval));
     auto next_stats = Clock::now() + interval;
+    bool stdin_open = static_cast<bool>(command);
+    std::string pending;  // stdin bytes after the last newline
     // Short waits: the datapath's own end (a tap gone) is noticed within 100 ms.
     while (!ended()) {
-        pollfd p{sfd, POLLIN, 0};
-        if (::poll(&p, 1, 100) == 1) {
+        pollfd p[2] = {{sfd, POLLIN, 0}, {stdin_open ? STDIN_FILENO : -1, POLLIN, 0}};
+        if (::poll(p, 2, 100) > 0) {
             signalfd_siginfo si;
-            if (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) break;
+            if ((p[0].revents & POLLIN) != 0 &&
+                ::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+                break;
+            }
+            if (p[1].revents != 0) {
+                char buf[512];
+                const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+                // EOF or an error: no more commands (stdin is /dev/null when nobody talks).
+                if (n <= 0) stdin_open = false;
+                if (n > 0) pending.append(buf, static_cast<std::size_t>(n));
+                // A line too long to be a command is dropped, not kept growing.
+                if (pending.size() > 4096 && pending.find('\n') == std::string::npos) {
+                    pending.clear();
+                }
+                for (std::size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
+                    const std::string line = pending.substr(0, nl);
+                    pending.erase(0, nl + 1);
+                    if (line.empty()) continue;
+                    std::printf("%s\n", command(line).c_str());
+                    std::fflush(stdout);
+                }
+            }
         }
         if (o.stats_interval > 0 && Clock::now() >= next_stats) {
             print("stats");
@@ -275,12 +333,14 @@ void run_ring(const RelayOptions& o) {
     cfg.backend_cpu = o.backend_cpu;
     cfg.xps = o.xps || o.symmetric || !o.xps_cpus.empty() || !o.xps_rxqs.empty();
     cfg.symmetric = o.symmetric;
-    const auto ncpu = static_cast<unsigned>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-    for (const std::string& s : o.xps_cpus) {
-        cfg.xps_cpus.push_back(parse_xps_setting("--xps-cpus", s, o.queues, ncpu));
-    }
-    for (const std::string& s : o.xps_rxqs) {
-        cfg.xps_rxqs.push_back(parse_xps_setting("--xps-rxqs", s, o.queues, o.queues));
+    for (const auto& [opt, list, out, nbits] :
+         {std::tuple{"--xps-cpus", &o.xps_cpus, &cfg.xps_cpus, xps_cpu_bits()},
+          std::tuple{"--xps-rxqs", &o.xps_rxqs, &cfg.xps_rxqs, unsigned{o.queues}}}) {
+        for (const std::string& s : *list) {
+            auto set = parse_xps_setting(s, o.queues, nbits);
+            if (!set) throw CLI::ValidationError(opt, set.error());
+            out->push_back(std::move(*set));
+        }
     }
     const int sfd = block_stop_signals();
     auto r = relay::RingRelay::create(cfg);
@@ -293,8 +353,10 @@ void run_ring(const RelayOptions& o) {
         ::close(sfd);
         throw std::runtime_error(st.error());
     }
-    serve(sfd, o, [&](const char* tag) { print_ring_counters(tag, relay); },
-          [&] { return relay.counters().broken; });
+    serve(
+        sfd, o, [&](const char* tag) { print_ring_counters(tag, relay); },
+        [&] { return relay.counters().broken; },
+        [&](const std::string& line) { return relay_command(relay, o.queues, cfg.xps, line); });
     relay.stop();
     ::close(sfd);
     print_ring_counters("final", relay);
@@ -307,6 +369,10 @@ void add_relay_command(CLI::App& app) {
     auto o = std::make_shared<RelayOptions>();
     CLI::App* cmd = app.add_subcommand(
         "relay", "Relay frames between tap A (guest side) and tap B (host side); root needed");
+    cmd->footer(
+        "Run time (the ring relay): stdin takes sysfs-like writes, one per line, each answered "
+        "on stdout with \"<line>: ok\" or \"<line>: error: <why>\": xps_cpus TXQ=MASK, "
+        "xps_rxqs TXQ=MASK (with --xps).");
     using checks::Int;
     constexpr uint32_t kMaxUsecs = backend::kNotfCoalMaxUsecs;
     cmd->add_option("--guest-tap", o->guest_tap, "tap A: created, or attached to if it exists")

@@ -105,7 +105,8 @@ Result<std::unique_ptr<RelayBed>, std::string> RelayBed::create(const RelayVaria
                             "--host-netns", bed->ns_b(),   "--stats-interval", "0"};
         bed->relay_argv_.insert(bed->relay_argv_.end(), variant.relay_args.begin(),
                                 variant.relay_args.end());
-        auto child = lab::Child::spawn(bed->relay_argv_);
+        // stdin: the relay's run-time commands (relay_command).
+        auto child = lab::Child::spawn(bed->relay_argv_, lab::SpawnOptions{.stdin_socket = true});
         if (!child) return unexpected(child.error());
         bed->relay_.emplace(std::move(*child));
         if (!bed->relay_->wait_for_line("ready", std::chrono::seconds(10))) {
@@ -146,6 +147,18 @@ std::string RelayBed::stop_relay() {
     if (!relay_) return {};
     relay_->stop();
     return relay_->output();
+}
+
+Result<std::string, std::string> RelayBed::relay_command(const std::string& line) {
+    if (!relay_) return unexpected(std::string("no relay (veth)"));
+    const std::size_t from = relay_->output().size();
+    if (!relay_->send_line(line)) return unexpected("cannot write to the relay: " + line);
+    const std::string head = line + ": ";
+    auto reply = relay_->wait_for_line_if(
+        [&head](std::string_view l) { return l.substr(0, head.size()) == head; },
+        std::chrono::seconds(5), from);
+    if (!reply) return unexpected("no reply from the relay to " + line);
+    return *reply;
 }
 
 // ---------------------------------------------------------------- counters

@@ -275,21 +275,27 @@ bool Child::pump(std::span<Child* const> kids, Clock::time_point until,
     }
 }
 
-bool Child::wait_for_line(std::string_view line, milliseconds timeout) {
-    std::size_t scanned = 0;
-    bool found = false;
+std::optional<std::string> Child::wait_for_line_if(
+    const std::function<bool(std::string_view)>& match, milliseconds timeout, std::size_t from) {
+    std::size_t scanned = std::min(from, out_.size());
+    std::optional<std::string> found;
     Child* self = this;
     pump({&self, 1}, Clock::now() + timeout, [&] {
         // Whole lines only: a line is matched once its newline arrived.
         for (std::size_t nl; (nl = out_.find('\n', scanned)) != std::string::npos; scanned = nl + 1) {
-            if (std::string_view(out_).substr(scanned, nl - scanned) == line) {
-                found = true;
+            const std::string_view l = std::string_view(out_).substr(scanned, nl - scanned);
+            if (match(l)) {
+                found.emplace(l);
                 return true;
             }
         }
         return fd_ < 0;  // EOF: the unterminated rest cannot be the line
     });
     return found;
+}
+
+bool Child::wait_for_line(std::string_view line, milliseconds timeout) {
+    return wait_for_line_if([line](std::string_view l) { return l == line; }, timeout).has_value();
 }
 
 ExitStatus Child::finish(milliseconds timeout) {

@@ -197,6 +197,13 @@ void RingRelay::stop() noexcept {
     started_ = false;
 }
 
+std::optional<std::string> RingRelay::set_xps_mask(bool rxqs, uint16_t txq,
+                                                   std::string_view mask) {
+    if (!cfg_.xps) return std::string("XPS is off");
+    frontend::Xps& xps = tb_.fe().xps();
+    return rxqs ? xps.set_rxqs(txq, mask) : xps.set_cpus(txq, mask);
+}
+
 uint64_t RingRelay::tx_in_flight(uint16_t i) const noexcept {
     const auto& bs = dev_->stats(i);
     const uint64_t queued = tb_.fe().queue_pair(i).stats().tx_pkts.get();

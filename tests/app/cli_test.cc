@@ -100,6 +100,11 @@ const Bad kBad[] = {
     {"relay", "--queue-size", "65536"},
     {"relay", "--queues", "0"},
     {"relay", "--queues", "17"},  // over kMaxRelayQueues
+    {"relay", "--xps-cpus", "1=1"},    // one queue: tx queue 0 only
+    {"relay", "--xps-cpus", "0=zz"},   // not hex
+    {"relay", "--xps-rxqs", "0=2"},    // rx queue 1 of one
+    {"relay", "--xps-rxqs", "0:1"},    // no '='
+
     {"relay", "--guest-cpu", "4096"},
     {"relay", "--backend-cpu", "-2"},
     {"relay", "--offloads", "maybe"},

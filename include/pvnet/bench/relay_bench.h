@@ -73,6 +73,9 @@ public:
     /// Stops the relay and returns its output (its "final" counters line);
     /// empty for veth.
     std::string stop_relay();
+    /// Writes a run-time command line to the relay's stdin and returns its
+    /// reply ("<line>: ok" or "<line>: error: ..."), within 5 s.
+    Result<std::string, std::string> relay_command(const std::string& line);
 
 private:
     RelayBed() = default;

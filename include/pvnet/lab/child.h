@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -76,6 +77,11 @@ public:
 
     /// Reads output until a line equal to `line` arrived; false on EOF or timeout.
     bool wait_for_line(std::string_view line, std::chrono::milliseconds timeout);
+    /// Reads output until a line `match` accepts arrived, scanning from byte
+    /// `from` of output() on; that line, or nullopt on EOF or timeout.
+    std::optional<std::string> wait_for_line_if(const std::function<bool(std::string_view)>& match,
+                                                std::chrono::milliseconds timeout,
+                                                std::size_t from = 0);
     /// Collects output until the child exits; past `timeout` its group is killed.
     ExitStatus finish(std::chrono::milliseconds timeout);
     /// SIGTERM to its group, up to `grace` for it to exit, then SIGKILL;

@@ -44,6 +44,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -178,6 +179,10 @@ public:
     RingRelayCounters counters() const;
 
     uint16_t queues() const noexcept { return static_cast<uint16_t>(queues_.size()); }
+    /// A sysfs write at run time: tx queue `txq`'s xps_rxqs (`rxqs`) or
+    /// xps_cpus mask, from any thread while the relay runs (the next burst
+    /// of each guest thread sees it). The error text, or nullopt. Needs xps.
+    std::optional<std::string> set_xps_mask(bool rxqs, uint16_t txq, std::string_view mask);
     /// What counters() reads. While the relay runs, guest thread i owns
     /// guest(i) and tap_a(i), the worker backend() and every tap_b(i):
     /// other threads may read their Counter stats and broken() only.
