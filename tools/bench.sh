@@ -62,6 +62,13 @@ done
 run relay bench relay --json "$out/relay.json" --plot "$out/relay" \
     ::full --repeat 3 --ping-count 50 ::quick --repeat 1 --flows 1 --seconds 2 --latency-seconds 1 --ping-count 10
 
+# Seed 003: default XPS against symmetric queues, in one process and through
+# the relay (real sockets); rates found by probing the default variant.
+run xps bench xps --json "$out/xps.json" \
+    ::full --threads 4,8 --repeat 3 --seconds 1 ::quick --threads 4 --rates 50000 "${q1[@]}"
+run xps-relay bench xps --transport relay --json "$out/xps-relay.json" \
+    ::full --threads 4,8 --repeat 3 --seconds 1 ::quick --threads 4 --rates 20000 "${q1[@]}"
+
 # DPDK's virtio-user against testpmd's vhost and pvnet serve (poll, event).
 run vhost-user bench vhost-user --json "$out/vhost-user.json" \
     ::full --repeat 5 ::quick --repeat 1 --seconds 0.3 --warmup 0.3 --frame-bytes 64 --queue-sizes 256

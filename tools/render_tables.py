@@ -410,8 +410,24 @@ def summary(d):
                      f"{fmt(ping('plain'), 3)} / {fmt(ping('napi+at-rx'), 3)} / {fmt(ping('napi+at-rx+direct'), 3)} ms"])
     except (KeyError, FileNotFoundError):
         pass
-    rows.append(["[003](docs/seed-003-xps.md) XPS by rx queue",
-                 "in-process experiment built, see its page; through real sockets not yet (issue 12)"])
+    try:
+        parts = []
+        for name, where in (("xps", "in process"), ("xps-relay", "through the relay")):
+            j = d.json(name)
+            # The lowest thread count at its lower rate: the seed's light-load cell.
+            c0 = min(j["cells"], key=lambda c: (c["threads"], c["rate"]))
+            by = {c["variant"]: c for c in j["cells"]
+                  if (c["threads"], c["rate"]) == (c0["threads"], c0["rate"])}
+
+            def m(v, k):
+                return med([r[k] for r in ok_runs(by[v])])
+            parts.append(f"{where}, {c0['threads']} threads at {c0['rate']}/s: replies on the "
+                         f"request's queue {fmt(100 * m('default', 'same_queue_share'), 0)}% → "
+                         f"{fmt(100 * m('symmetric', 'same_queue_share'), 0)}%, p50 "
+                         f"{fmt(m('default', 'p50_us'), 0)} → {fmt(m('symmetric', 'p50_us'), 0)} µs")
+        rows.append(["[003](docs/seed-003-xps.md) XPS by rx queue", "; ".join(parts)])
+    except (KeyError, FileNotFoundError, ValueError):
+        rows.append(["[003](docs/seed-003-xps.md) XPS by rx queue", "see its page"])
     rows.append(["004 persistent grants", "not built yet (issue 13)"])
     return table(["seed", "headline, from the last `make bench`"], rows) + \
         f"\n<sub>Data: `{d.rel}/` (every file records its commit, command line and machine).</sub>\n"
@@ -475,8 +491,8 @@ def vhost_user(d):
             f"CPU {j['client_cpu']}:\n\n" + table(header, rows) + d.source("vhost-user"))
 
 
-def xps(d):
-    j = d.json("xps")
+def xps(d, name="xps"):
+    j = d.json(name)
     out = []
     groups = {}
     for c in j["cells"]:
@@ -505,10 +521,12 @@ def xps(d):
         found = f" (highest rate the default sustains: {probed}/s)" if probed else ""
         out.append(f"**{threads} threads, {rate} requests/s**{found}\n\n"
                    + table(["", "Default", "Symmetric queues"], rows))
+    where = ("through `pvnet relay`, real sockets" if j.get("transport") == "relay"
+             else "in one process")
     return (f"Medians of {j['repeat']} interleaved rounds (min–max), {j['seconds']} s each, "
-            f"{j['flows']} flows over {j['queue_pairs']} queue pairs, server threads "
+            f"{where}, {j['flows']} flows over {j['queue_pairs']} queue pairs, server threads "
             f"{'pinned' if j['pinned'] else 'free'}; cycles: {j['cycles_source']}:\n\n"
-            + "\n".join(out) + d.source("xps"))
+            + "\n".join(out) + d.source(name))
 
 
 RENDERERS = {
@@ -529,6 +547,7 @@ RENDERERS = {
     "atrx": atrx,
     "vhost-user": vhost_user,
     "xps": xps,
+    "xps-relay": lambda d: xps(d, "xps-relay"),
 }
 
 
