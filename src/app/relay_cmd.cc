@@ -299,6 +299,7 @@ void print_ring_counters(const char* tag, const relay::RingRelay& r) {
             {"h2g_frames", q.b_to_a_pkts}, {"h2g_bytes", q.b_to_a_bytes},
             {"kicks", q.kicks},            {"interrupts", q.interrupts},
             {"a_read", q.a_read},          {"b_read", q.b_read},
+            {"napi_polls", q.napi_polls},  {"tx_completions", q.tx_completions},
         };
         for (const auto& [k, v] : per_queue) {
             std::printf(" q%zu_%s=%llu", i, k, static_cast<unsigned long long>(v));

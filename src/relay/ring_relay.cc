@@ -458,6 +458,8 @@ RingRelayCounters RingRelay::counters() const {
         qc.interrupts = bs.rx_calls.get() + bs.tx_calls.get();
         qc.a_read = ta.rx_pkts.get();
         qc.b_read = tb.rx_pkts.get();
+        qc.napi_polls = fs.napi_polls.get();
+        qc.tx_completions = fs.tx_completions.get();
         c.a_to_b_pkts += qc.a_to_b_pkts;
         c.a_to_b_bytes += qc.a_to_b_bytes;
         c.b_to_a_pkts += qc.b_to_a_pkts;

@@ -65,7 +65,8 @@ TEST(RelayQueues, UdpFlowsCrossBothQueuesBothWays) {
     // Each queue of each tap was read from, and each pair carried frames
     // both ways: tun spread the flows, the relay kept queue i with pair i.
     for (const char* q : {"q0_", "q1_"}) {
-        for (const char* k : {"a_read", "b_read", "g2h_frames", "h2g_frames", "kicks"}) {
+        for (const char* k : {"a_read", "b_read", "g2h_frames", "h2g_frames", "kicks", "napi_polls",
+                              "tx_completions"}) {
             EXPECT_GT(get(queue_key(q, k)), 0u) << q << k << ": " << line;
         }
     }

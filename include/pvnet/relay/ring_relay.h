@@ -99,6 +99,8 @@ struct RingRelayQueueCounters {
     uint64_t b_to_a_pkts = 0, b_to_a_bytes = 0;
     uint64_t kicks = 0, interrupts = 0;
     uint64_t a_read = 0, b_read = 0;  ///< frames read from this queue of tap A / tap B
+    uint64_t napi_polls = 0;      ///< the guest's rx NAPI polls of this pair
+    uint64_t tx_completions = 0;  ///< tx completions the guest reaped on this pair
 };
 
 /// One guest thread's XPS outcomes (with xps on).
