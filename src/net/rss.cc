@@ -9,7 +9,6 @@
 #include <array>
 #include <bit>
 #include <cstddef>
-#include <cstdint>
 #include <cstring>
 
 #include "pvnet/net/proto.h"
@@ -48,14 +47,6 @@ struct L3 {
     uint32_t l4_at = 0;
     uint32_t l4_len = 0;  ///< bytes from l4_at to the end of the IP packet
 };
-
-/// A whole frame as the parser's (head, length).
-std::span<const uint8_t> head_of(std::span<const uint8_t> frame) noexcept {
-    return frame.first(std::min<std::size_t>(frame.size(), kHashHeadBytes));
-}
-uint32_t len_of(std::span<const uint8_t> frame) noexcept {
-    return static_cast<uint32_t>(std::min<std::size_t>(frame.size(), UINT32_MAX));
-}
 
 /// IPv4 at `at` of a frame of `frame_len` bytes whose head is `h`; false
 /// when the header or the length it claims is not there.
@@ -131,7 +122,7 @@ uint32_t toeplitz_hash(std::span<const uint8_t> key, std::span<const uint8_t> in
 }
 
 HashInput extract_hash_input(std::span<const uint8_t> frame, uint32_t hash_types) noexcept {
-    return extract_hash_input(head_of(frame), len_of(frame), hash_types);
+    return extract_hash_input(hash_head(frame), hash_frame_len(frame), hash_types);
 }
 
 HashInput extract_hash_input(std::span<const uint8_t> head, uint32_t frame_len,
@@ -312,7 +303,7 @@ std::size_t serialize_hash_config(const HashConfig& cfg,
 }
 
 RxSteering select_rx_queue(const RssConfig& cfg, std::span<const uint8_t> frame) noexcept {
-    return select_rx_queue(cfg, head_of(frame), len_of(frame));
+    return select_rx_queue(cfg, hash_head(frame), hash_frame_len(frame));
 }
 
 RxSteering select_rx_queue(const RssConfig& cfg, std::span<const uint8_t> head,

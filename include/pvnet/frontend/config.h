@@ -6,6 +6,7 @@
 
 #include "pvnet/notify/event_fd.h"
 #include "pvnet/util/counters.h"
+#include "pvnet/virtio/virtio_net.h"
 
 namespace pvnet::frontend {
 
@@ -60,6 +61,16 @@ struct VirtioNetConfig {
     bool ctrl_vq = false;       ///< VIRTIO_NET_F_CTRL_VQ: lay out a control virtqueue
     uint16_t ctrl_size = 64;    ///< its ring size (>= 4: a command takes 3 descriptors)
     uint32_t ctrl_timeout_us = 1'000'000;  ///< how long a command waits for its ack
+    /// VIRTIO_NET_F_HASH_REPORT: every packet's header, rx and tx, is struct
+    /// virtio_net_hdr_v1_hash (hdr_bytes()), and a received packet carries
+    /// the device's hash (RxPiece). Needs ctrl_vq (set_hash_config).
+    bool hash_report = false;
+
+    /// The header in front of every frame, in both directions.
+    uint32_t hdr_bytes() const noexcept {
+        return hash_report ? sizeof(virtio::virtio_net_hdr_v1_hash)
+                           : sizeof(virtio::virtio_net_hdr);
+    }
 };
 
 using VirtioNetFds = notify::QueuePairFds;
@@ -71,6 +82,7 @@ struct VirtioNetStats {
     Counter rx_length_errors;      ///< mergeable: num_buffers 0, too many, or buffers missing
     Counter rx_merged_pkts;        ///< mergeable: packets that spanned several buffers
     Counter rx_drop_multi_buf;     ///< such a packet reached poll_rx (single-buffer API)
+    Counter rx_hash_report_unknown;  ///< hash_report not a VIRTIO_NET_HASH_REPORT_*: taken as NONE
     Counter napi_polls;
     Counter napi_budget_exhausted;
     Counter rx_kicks, tx_kicks;    ///< doorbells written

@@ -54,6 +54,13 @@ struct HashInput {
 /// and gets what a steering of the whole frame got. An L4 header that IPv6
 /// extension headers push past them is not found (the addresses are hashed).
 inline constexpr uint32_t kHashHeadBytes = 256;
+/// A whole frame as the (head, frame_len) the functions below take.
+inline std::span<const uint8_t> hash_head(std::span<const uint8_t> frame) noexcept {
+    return frame.first(frame.size() < kHashHeadBytes ? frame.size() : kHashHeadBytes);
+}
+inline uint32_t hash_frame_len(std::span<const uint8_t> frame) noexcept {
+    return frame.size() < UINT32_MAX ? static_cast<uint32_t>(frame.size()) : UINT32_MAX;
+}
 
 /// Picks the hash input of an Ethernet `frame` (without the virtio_net_hdr)
 /// under the enabled `hash_types`, by the spec's rules: TCP if enabled and
