@@ -62,6 +62,18 @@ Result<CtrlCommand, CtrlError> parse_notf_coal(const Raw& raw, std::size_t total
     return c;
 }
 
+/// net's verdict on a config's data, `cut` short (copied up to raw's size):
+/// a cut config that parsed is TrailingBytes; a rejected one is `bad`, its
+/// reason in `why` (if given).
+template <typename Config>
+Result<Config, CtrlError> whole(Result<Config, net::RssError> cfg, bool cut, CtrlError bad,
+                                net::RssError* why) noexcept {
+    if (cfg && cut) cfg = unexpected(net::RssError::TrailingBytes);
+    if (cfg) return cfg.value();
+    if (why != nullptr) *why = cfg.error();
+    return unexpected(bad);
+}
+
 Result<CtrlCommand, CtrlError> parse_mq(const Raw& raw, std::size_t total, uint8_t cmd,
                                         const CtrlFeatures& f, net::RssError* rss_why) noexcept {
     // Rule: the class exists with VIRTIO_NET_F_MQ, _RSS or _HASH_REPORT;
@@ -90,14 +102,11 @@ Result<CtrlCommand, CtrlError> parse_mq(const Raw& raw, std::size_t total, uint8
     const std::size_t len = total - sizeof(Hdr);
     const std::span<const uint8_t> data(raw.data() + sizeof(Hdr),
                                         std::min(len, raw.size() - sizeof(Hdr)));
+    const bool cut = data.size() != len;
     if (cmd == virtio::VIRTIO_NET_CTRL_MQ_RSS_CONFIG) {
         if (!f.rss) return unexpected(CtrlError::NotNegotiated);
-        auto cfg = net::parse_rss_config(data, f.max_pairs);
-        if (cfg && data.size() != len) cfg = unexpected(net::RssError::TrailingBytes);
-        if (!cfg) {
-            if (rss_why != nullptr) *rss_why = cfg.error();
-            return unexpected(CtrlError::BadRss);
-        }
+        auto cfg = whole(net::parse_rss_config(data, f.max_pairs), cut, CtrlError::BadRss, rss_why);
+        if (!cfg) return unexpected(cfg.error());
         c.op = CtrlCommand::Op::MqRssConfig;
         c.rss = cfg.value();
         return c;
@@ -107,12 +116,8 @@ Result<CtrlCommand, CtrlError> parse_mq(const Raw& raw, std::size_t total, uint8
         // the hash parameters are RSS_CONFIG's; HASH_CONFIG is the command of
         // a device with HASH_REPORT alone (Linux sends it only then).
         if (!f.hash_report || f.rss) return unexpected(CtrlError::NotNegotiated);
-        auto cfg = net::parse_hash_config(data);
-        if (cfg && data.size() != len) cfg = unexpected(net::RssError::TrailingBytes);
-        if (!cfg) {
-            if (rss_why != nullptr) *rss_why = cfg.error();
-            return unexpected(CtrlError::BadHashConfig);
-        }
+        auto cfg = whole(net::parse_hash_config(data), cut, CtrlError::BadHashConfig, rss_why);
+        if (!cfg) return unexpected(cfg.error());
         c.op = CtrlCommand::Op::MqHashConfig;
         c.hash = cfg.value();
         return c;

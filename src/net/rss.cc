@@ -10,6 +10,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 
 #include "pvnet/net/proto.h"
 
@@ -101,6 +102,24 @@ bool parse_ipv6(std::span<const uint8_t> h, uint32_t frame_len, uint32_t at, L3&
         p += len;
     }
     return true;
+}
+
+/// The tail both commands share: u8 hash_key_length at key_at - 1, then the
+/// key, which ends the data. Fills `key` and `key_len`; the error, if any.
+std::optional<RssError> parse_key(std::span<const uint8_t> d, uint32_t key_at,
+                                  uint32_t hash_types,
+                                  std::array<uint8_t, v::VIRTIO_NET_RSS_MAX_KEY_SIZE>& key,
+                                  uint8_t& key_len) noexcept {
+    const uint8_t n = d[key_at - 1];
+    if (n > v::VIRTIO_NET_RSS_MAX_KEY_SIZE) return RssError::KeyTooLong;
+    if (d.size() < key_at + n) return RssError::DataTooShort;
+    if (d.size() > key_at + n) return RssError::TrailingBytes;
+    // Rule (QEMU's): hashing with no key gives every flow hash 0 (and under
+    // RSS sends it to table[0]).
+    if (n == 0 && hash_types != 0) return RssError::KeyMissing;
+    key_len = n;
+    std::copy_n(d.begin() + key_at, n, key.begin());
+    return std::nullopt;
 }
 
 }  // namespace
@@ -230,14 +249,9 @@ Result<RssConfig, RssError> parse_rss_config(std::span<const uint8_t> d,
     if (cfg.max_tx_vq == 0 || cfg.max_tx_vq > max_pairs) {
         return unexpected(RssError::MaxTxVqOutOfRange);
     }
-    const uint8_t key_len = d[key_at - 1];
-    if (key_len > v::VIRTIO_NET_RSS_MAX_KEY_SIZE) return unexpected(RssError::KeyTooLong);
-    if (d.size() < key_at + key_len) return unexpected(RssError::DataTooShort);
-    if (d.size() > key_at + key_len) return unexpected(RssError::TrailingBytes);
-    // Rule (QEMU's): hashing with no key would send every flow to table[0].
-    if (key_len == 0 && cfg.hash_types != 0) return unexpected(RssError::KeyMissing);
-    cfg.key_len = key_len;
-    std::copy_n(d.begin() + key_at, key_len, cfg.key.begin());
+    if (const auto e = parse_key(d, key_at, cfg.hash_types, cfg.key, cfg.key_len)) {
+        return unexpected(*e);
+    }
     return cfg;
 }
 
@@ -280,14 +294,9 @@ Result<HashConfig, RssError> parse_hash_config(std::span<const uint8_t> d) noexc
     if ((cfg.hash_types & ~kRssSupportedHashTypes) != 0) {
         return unexpected(RssError::UnsupportedHashType);
     }
-    const uint8_t key_len = d[kKeyAt - 1];
-    if (key_len > v::VIRTIO_NET_RSS_MAX_KEY_SIZE) return unexpected(RssError::KeyTooLong);
-    if (d.size() < kKeyAt + key_len) return unexpected(RssError::DataTooShort);
-    if (d.size() > kKeyAt + key_len) return unexpected(RssError::TrailingBytes);
-    // Rule (QEMU's, as for RSS): hashing with no key gives every flow hash 0.
-    if (key_len == 0 && cfg.hash_types != 0) return unexpected(RssError::KeyMissing);
-    cfg.key_len = key_len;
-    std::copy_n(d.begin() + kKeyAt, key_len, cfg.key.begin());
+    if (const auto e = parse_key(d, kKeyAt, cfg.hash_types, cfg.key, cfg.key_len)) {
+        return unexpected(*e);
+    }
     return cfg;
 }
 

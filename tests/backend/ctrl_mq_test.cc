@@ -199,6 +199,32 @@ TEST(CtrlMq, CommandsOfAFeatureNotNegotiatedAreErr) {
 
 // ---- RSS_CONFIG from a hostile guest -------------------------------------------------------
 
+/// A config's command data and what a hostile guest makes of it.
+struct Hostile {
+    std::vector<uint8_t> wire;
+    /// One byte changed.
+    std::vector<uint8_t> with(std::size_t at, uint8_t x) const {
+        std::vector<uint8_t> d = wire;
+        d.at(at) = x;
+        return d;
+    }
+    /// hash_key_length (at `key_len_at`) one past the maximum, the key too.
+    std::vector<uint8_t> long_key(std::size_t key_len_at) const {
+        std::vector<uint8_t> d = with(key_len_at, 41);
+        d.push_back(0);
+        return d;
+    }
+    std::vector<uint8_t> trailing() const {
+        std::vector<uint8_t> d = wire;
+        d.push_back(0);
+        return d;
+    }
+};
+struct BadCase {
+    std::vector<uint8_t> data;
+    net::RssError why;
+};
+
 TEST(CtrlMq, HostileRssConfigsAreErrCountedByReasonAndLeaveSteeringAsItWas) {
     MqBench b;
     const net::RssConfig good = rss_cfg(4, 3);
@@ -217,24 +243,13 @@ TEST(CtrlMq, HostileRssConfigsAreErrCountedByReasonAndLeaveSteeringAsItWas) {
     };
     const std::vector<uint16_t> before = steering();
 
-    auto with = [&](std::size_t at, uint8_t x) {
-        std::vector<uint8_t> d = wire;
-        d.at(at) = x;
-        return d;
-    };
+    const Hostile h{wire};
     const std::size_t key_len_at = 8 + 2 * std::size_t{good.table_len} + 2;
-    std::vector<uint8_t> long_key = with(key_len_at, 41);
-    long_key.push_back(0);
-    std::vector<uint8_t> trailing = wire;
-    trailing.push_back(0);
-    const struct {
-        std::vector<uint8_t> data;
-        net::RssError why;
-    } bad[] = {
-        {with(4, 2), net::RssError::TableLengthNotPowerOfTwo},  // mask 2: 3 entries
-        {with(8, 4), net::RssError::TableQueueOutOfRange},      // table[0] = 4 of 4 pairs
-        {long_key, net::RssError::KeyTooLong},
-        {trailing, net::RssError::TrailingBytes},
+    const BadCase bad[] = {
+        {h.with(4, 2), net::RssError::TableLengthNotPowerOfTwo},  // mask 2: 3 entries
+        {h.with(8, 4), net::RssError::TableQueueOutOfRange},      // table[0] = 4 of 4 pairs
+        {h.long_key(key_len_at), net::RssError::KeyTooLong},
+        {h.trailing(), net::RssError::TrailingBytes},
     };
     for (const auto& c : bad) {
         SCOPED_TRACE(net::to_string(c.why));
@@ -282,24 +297,13 @@ TEST(CtrlMq, HostileHashConfigsAreErrCountedByReasonAndLeaveHashingAsItWas) {
     const std::vector<uint32_t> before = hashes();
     EXPECT_NE(before[0], before[1]) << "ports hashed (UDPv4)";
 
-    auto with = [&](std::size_t at, uint8_t x) {
-        std::vector<uint8_t> d = wire;
-        d.at(at) = x;
-        return d;
-    };
-    std::vector<uint8_t> long_key = with(12, 41);
-    long_key.push_back(0);
-    std::vector<uint8_t> trailing = wire;
-    trailing.push_back(0);
-    const struct {
-        std::vector<uint8_t> data;
-        net::RssError why;
-    } bad[] = {
-        {with(0, 0x43), net::RssError::UnsupportedHashType},  // + IP_EX
-        {long_key, net::RssError::KeyTooLong},
+    const Hostile h{wire};
+    const BadCase bad[] = {
+        {h.with(0, 0x43), net::RssError::UnsupportedHashType},  // + IP_EX
+        {h.long_key(v::kHashConfigFixedBytes - 1), net::RssError::KeyTooLong},
         {{wire.begin(), wire.begin() + 20}, net::RssError::DataTooShort},
         {{wire.begin(), wire.begin() + 5}, net::RssError::DataTooShort},
-        {trailing, net::RssError::TrailingBytes},
+        {h.trailing(), net::RssError::TrailingBytes},
     };
     for (const auto& c : bad) {
         SCOPED_TRACE(net::to_string(c.why));

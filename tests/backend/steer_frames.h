@@ -8,50 +8,42 @@
 
 namespace pvnet::backend::test {
 
-/// 10.0.0.1 -> 10.0.0.2, UDP src_port -> dst_port, 8 payload bytes.
-inline std::vector<uint8_t> udp4_frame(uint16_t src_port, uint16_t dst_port) {
-    std::vector<uint8_t> f(14 + 20 + 8 + 8, 0);
+/// 10.0.0.1 -> 10.0.0.2, IPPROTO `proto` src_port -> dst_port: an L4 header
+/// of `l4_hdr` bytes (ports first), then `payload` bytes; the IP length says so.
+inline std::vector<uint8_t> ip4_frame(uint8_t proto, uint16_t src_port, uint16_t dst_port,
+                                      uint32_t l4_hdr, uint32_t payload) {
+    std::vector<uint8_t> f(14 + 20 + l4_hdr + payload, 0);
     f[12] = 0x08;  // ETH_P_IP
     uint8_t* ip = f.data() + 14;
     ip[0] = 0x45;
-    const uint16_t ip_len = 20 + 8 + 8;
+    const uint32_t ip_len = 20 + l4_hdr + payload;
     ip[2] = static_cast<uint8_t>(ip_len >> 8);
     ip[3] = static_cast<uint8_t>(ip_len & 0xffu);
     ip[8] = 64;
-    ip[9] = 17;  // IPPROTO_UDP
+    ip[9] = proto;
     const uint8_t addrs[] = {10, 0, 0, 1, 10, 0, 0, 2};
     for (int i = 0; i < 8; ++i) ip[12 + i] = addrs[i];
-    uint8_t* udp = ip + 20;
-    udp[0] = static_cast<uint8_t>(src_port >> 8);
-    udp[1] = static_cast<uint8_t>(src_port & 0xffu);
-    udp[2] = static_cast<uint8_t>(dst_port >> 8);
-    udp[3] = static_cast<uint8_t>(dst_port & 0xffu);
-    udp[5] = 16;  // length
+    uint8_t* l4 = ip + 20;
+    l4[0] = static_cast<uint8_t>(src_port >> 8);
+    l4[1] = static_cast<uint8_t>(src_port & 0xffu);
+    l4[2] = static_cast<uint8_t>(dst_port >> 8);
+    l4[3] = static_cast<uint8_t>(dst_port & 0xffu);
+    for (uint32_t i = 0; i < payload; ++i) l4[l4_hdr + i] = static_cast<uint8_t>(i * 13 + 5);
     return f;
 }
 
-/// 10.0.0.1 -> 10.0.0.2, TCP src_port -> dst_port, `payload` bytes after
-/// the TCP header (the IP length says so; a GSO-sized frame up to 65495).
+/// UDP, 8 payload bytes.
+inline std::vector<uint8_t> udp4_frame(uint16_t src_port, uint16_t dst_port) {
+    std::vector<uint8_t> f = ip4_frame(17, src_port, dst_port, 8, 8);
+    f[14 + 20 + 5] = 16;  // UDP length
+    return f;
+}
+
+/// TCP, `payload` bytes (a GSO-sized frame up to 65495).
 inline std::vector<uint8_t> tcp4_frame(uint16_t src_port, uint16_t dst_port,
                                        uint32_t payload = 8) {
-    std::vector<uint8_t> f(14 + 20 + 20 + payload, 0);
-    f[12] = 0x08;  // ETH_P_IP
-    uint8_t* ip = f.data() + 14;
-    ip[0] = 0x45;
-    const uint32_t ip_len = 20 + 20 + payload;
-    ip[2] = static_cast<uint8_t>(ip_len >> 8);
-    ip[3] = static_cast<uint8_t>(ip_len & 0xffu);
-    ip[8] = 64;
-    ip[9] = 6;  // IPPROTO_TCP
-    const uint8_t addrs[] = {10, 0, 0, 1, 10, 0, 0, 2};
-    for (int i = 0; i < 8; ++i) ip[12 + i] = addrs[i];
-    uint8_t* tcp = ip + 20;
-    tcp[0] = static_cast<uint8_t>(src_port >> 8);
-    tcp[1] = static_cast<uint8_t>(src_port & 0xffu);
-    tcp[2] = static_cast<uint8_t>(dst_port >> 8);
-    tcp[3] = static_cast<uint8_t>(dst_port & 0xffu);
-    tcp[12] = 0x50;  // data offset: 5 words
-    for (uint32_t i = 0; i < payload; ++i) tcp[20 + i] = static_cast<uint8_t>(i * 13 + 5);
+    std::vector<uint8_t> f = ip4_frame(6, src_port, dst_port, 20, payload);
+    f[14 + 20 + 12] = 0x50;  // data offset: 5 words
     return f;
 }
 
