@@ -2,7 +2,8 @@
 // incoming packets", "Hash reporting for incoming packets"): VirtioNet, the
 // driver, against a VhostNet worker over FramePorts that hand it real
 // Ethernet frames. Covered: the offer (with RSS, on more than one pair,
-// never without the control queue); each received frame's 20-byte header
+// never without the control queue); the chain a port sees without the hash
+// fields (iov_cut); each received frame's 20-byte header
 // carrying the Toeplitz hash of its hash input and the type, on the queue
 // the table gives, under RSS_CONFIG and under HASH_CONFIG alone; NONE
 // while nothing is configured; tx with 20-byte headers reaching the port
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <sys/uio.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -139,8 +141,14 @@ public:
     }
     ~Bed() { dev_->stop(); }
 
-    /// Configures the device, posts rx buffers, starts the worker.
+    /// Configures the device, posts rx buffers (stale bytes in them, so a
+    /// field the device leaves unwritten shows), starts the worker.
     void start() {
+        for (uint16_t q = 0; q < 2; ++q) {
+            for (uint32_t id = 0; id < tb_.qp(q).total_bufs(); ++id) {
+                std::memset(tb_.qp(q).buf_host(id), 0xee, tb_.qp(q).buf_bytes());
+            }
+        }
         ASSERT_TRUE(dev_->configure(setup_));
         ASSERT_GT(tb_.qp(0).try_fill_recv(), 0u);
         ASSERT_GT(tb_.qp(1).try_fill_recv(), 0u);
@@ -167,6 +175,8 @@ public:
             return out.size() >= n;
         });
         EXPECT_TRUE(ok) << "queue " << q << ": " << out.size() << " of " << n;
+        // The device wrote every report (the buffers' stale 0xeeee is no type).
+        EXPECT_EQ(qp.stats().rx_hash_report_unknown.get(), 0u);
         return out;
     }
 
@@ -195,6 +205,40 @@ std::vector<Frame> mixed_frames() {
     }
     out.push_back(test::arp_frame());
     return out;
+}
+
+// ---- the cut the ports see ---------------------------------------------------------------------
+
+TEST(IovCut, LeavesOutExactlyTheGapWhateverThePieces) {
+    // 40 bytes in pieces of every split into up to three; the gap [12, 20).
+    std::vector<uint8_t> bytes(40);
+    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i);
+    std::vector<uint8_t> want(bytes.begin(), bytes.begin() + 12);
+    want.insert(want.end(), bytes.begin() + 20, bytes.end());
+    for (std::size_t a = 0; a <= 40; ++a) {
+        for (std::size_t b = a; b <= 40; ++b) {
+            const std::array<iovec, 3> src{iovec{bytes.data(), a},
+                                           iovec{bytes.data() + a, b - a},
+                                           iovec{bytes.data() + b, 40 - b}};
+            std::array<iovec, 4> out{};
+            const std::size_t n = iov_cut(src, 12, 8, out);
+            ASSERT_NE(n, 0u) << a << "," << b;
+            std::vector<uint8_t> got;
+            for (std::size_t k = 0; k < n; ++k) {
+                ASSERT_NE(out[k].iov_len, 0u) << "no empty pieces";
+                const auto* p = static_cast<const uint8_t*>(out[k].iov_base);
+                got.insert(got.end(), p, p + out[k].iov_len);
+            }
+            EXPECT_EQ(got, want) << a << "," << b;
+        }
+    }
+    // Shorter than the gap's end: refused, as a chain shorter than the header.
+    const iovec shorter{bytes.data(), 19};
+    std::array<iovec, 2> out{};
+    EXPECT_EQ(iov_cut({&shorter, 1}, 12, 8, out), 0u);
+    // No room for the split: refused.
+    const iovec one{bytes.data(), 40};
+    EXPECT_EQ(iov_cut({&one, 1}, 12, 8, std::span<iovec>(out).first(1)), 0u);
 }
 
 // ---- the offer -------------------------------------------------------------------------------
