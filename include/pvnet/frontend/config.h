@@ -14,7 +14,8 @@ namespace pvnet::frontend {
 inline constexpr uint32_t kNapiBudget = 64;
 
 /// The largest packet, header included: a 64 KiB GSO frame (802.1Q
-/// Ethernet, IPv6 header, 65,535 bytes of payload) behind virtio_net_hdr.
+/// Ethernet, IPv6 header, 65,535 bytes of payload) behind virtio_net_hdr
+/// (hash_report's virtio_net_hdr_v1_hash adds 8 bytes).
 inline constexpr uint32_t kMaxPacketBytes = 12 + 18 + 40 + 65535;
 
 enum class FrontendError : uint8_t {
