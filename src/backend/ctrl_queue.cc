@@ -1,7 +1,7 @@
 // The control virtqueue's device side: the command parser and the per-chain
 // steps of CtrlQueue::handle (VIRTIO 1.2 5.1.6.5 "Control Virtqueue",
-// "Automatic receive steering in multiqueue mode", "Receive-side scaling
-// (RSS)", 5.1.6.5.9 "Notifications Coalescing"; QEMU
+// "Automatic receive steering in multiqueue mode" and its "Hash calculation",
+// "Receive-side scaling (RSS)", 5.1.6.5.9 "Notifications Coalescing"; QEMU
 // virtio_net_handle_ctrl_iov, virtio_net_handle_mq, virtio_net_handle_rss).
 #include "pvnet/backend/ctrl_queue.h"
 
@@ -25,7 +25,8 @@ using Hdr = virtio::virtio_net_ctrl_hdr;
 /// Longer chains are measured, never copied past this.
 constexpr std::size_t kMaxCmdBytes =
     sizeof(Hdr) + std::max({sizeof(virtio::virtio_net_ctrl_coal_tx),
-                            sizeof(virtio::virtio_net_ctrl_mq), net::kRssConfigMaxBytes});
+                            sizeof(virtio::virtio_net_ctrl_mq), net::kRssConfigMaxBytes,
+                            net::kHashConfigMaxBytes});
 static_assert(sizeof(virtio::virtio_net_ctrl_coal_rx) == sizeof(virtio::virtio_net_ctrl_coal_tx));
 constexpr std::size_t kCoalCmdBytes = sizeof(Hdr) + sizeof(virtio::virtio_net_ctrl_coal_tx);
 constexpr std::size_t kMqCmdBytes = sizeof(Hdr) + sizeof(virtio::virtio_net_ctrl_mq);
@@ -61,11 +62,23 @@ Result<CtrlCommand, CtrlError> parse_notf_coal(const Raw& raw, std::size_t total
     return c;
 }
 
+/// net's verdict on a config's data, `cut` short (copied up to raw's size):
+/// a cut config that parsed is TrailingBytes; a rejected one is `bad`, its
+/// reason in `why` (if given).
+template <typename Config>
+Result<Config, CtrlError> whole(Result<Config, net::RssError> cfg, bool cut, CtrlError bad,
+                                net::RssError* why) noexcept {
+    if (cfg && cut) cfg = unexpected(net::RssError::TrailingBytes);
+    if (cfg) return cfg.value();
+    if (why != nullptr) *why = cfg.error();
+    return unexpected(bad);
+}
+
 Result<CtrlCommand, CtrlError> parse_mq(const Raw& raw, std::size_t total, uint8_t cmd,
                                         const CtrlFeatures& f, net::RssError* rss_why) noexcept {
-    // Rule: the class exists with VIRTIO_NET_F_MQ or _RSS; each
-    // command with its own feature.
-    if (!f.mq && !f.rss) return unexpected(CtrlError::NotNegotiated);
+    // Rule: the class exists with VIRTIO_NET_F_MQ, _RSS or _HASH_REPORT;
+    // each command with its own feature.
+    if (!f.mq && !f.rss && !f.hash_report) return unexpected(CtrlError::NotNegotiated);
     CtrlCommand c;
     if (cmd == virtio::VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET) {
         if (!f.mq) return unexpected(CtrlError::NotNegotiated);
@@ -83,24 +96,32 @@ Result<CtrlCommand, CtrlError> parse_mq(const Raw& raw, std::size_t total, uint8
         c.pairs = n;
         return c;
     }
+    // The data as copied: longer than any valid config, only its first
+    // raw.size() - 2 bytes. Those give every verdict but the length's, and
+    // the length's, past them, is always TrailingBytes.
+    const std::size_t len = total - sizeof(Hdr);
+    const std::span<const uint8_t> data(raw.data() + sizeof(Hdr),
+                                        std::min(len, raw.size() - sizeof(Hdr)));
+    const bool cut = data.size() != len;
     if (cmd == virtio::VIRTIO_NET_CTRL_MQ_RSS_CONFIG) {
         if (!f.rss) return unexpected(CtrlError::NotNegotiated);
-        const std::size_t len = total - sizeof(Hdr);
-        const std::size_t copied = std::min(len, raw.size() - sizeof(Hdr));
-        auto cfg = net::parse_rss_config({raw.data() + sizeof(Hdr), copied}, f.max_pairs);
-        // Longer than any valid config: what parsing it whole would say. The
-        // first kRssConfigMaxBytes give every verdict but the length's, and
-        // the length's, past them, is always TrailingBytes.
-        if (cfg && copied != len) cfg = unexpected(net::RssError::TrailingBytes);
-        if (!cfg) {
-            if (rss_why != nullptr) *rss_why = cfg.error();
-            return unexpected(CtrlError::BadRss);
-        }
+        auto cfg = whole(net::parse_rss_config(data, f.max_pairs), cut, CtrlError::BadRss, rss_why);
+        if (!cfg) return unexpected(cfg.error());
         c.op = CtrlCommand::Op::MqRssConfig;
         c.rss = cfg.value();
         return c;
     }
-    // HASH_CONFIG needs VIRTIO_NET_F_HASH_REPORT, never offered.
+    if (cmd == virtio::VIRTIO_NET_CTRL_MQ_HASH_CONFIG) {
+        // Rule ("Hash calculation for incoming packets"): with RSS negotiated
+        // the hash parameters are RSS_CONFIG's; HASH_CONFIG is the command of
+        // a device with HASH_REPORT alone (Linux sends it only then).
+        if (!f.hash_report || f.rss) return unexpected(CtrlError::NotNegotiated);
+        auto cfg = whole(net::parse_hash_config(data), cut, CtrlError::BadHashConfig, rss_why);
+        if (!cfg) return unexpected(cfg.error());
+        c.op = CtrlCommand::Op::MqHashConfig;
+        c.hash = cfg.value();
+        return c;
+    }
     return unexpected(CtrlError::UnknownCmd);
 }
 
@@ -111,6 +132,7 @@ CtrlFeatures CtrlFeatures::of(uint64_t features, uint16_t max_pairs) noexcept {
     f.notf_coal = virtio::has_feature(features, virtio::VIRTIO_NET_F_NOTF_COAL);
     f.mq = virtio::has_feature(features, virtio::VIRTIO_NET_F_MQ);
     f.rss = virtio::has_feature(features, virtio::VIRTIO_NET_F_RSS);
+    f.hash_report = virtio::has_feature(features, virtio::VIRTIO_NET_F_HASH_REPORT);
     f.max_pairs = max_pairs;
     return f;
 }
@@ -125,6 +147,7 @@ std::string_view to_string(CtrlError e) noexcept {
         case CtrlError::BadDataSize: return "control command data of the wrong size";
         case CtrlError::OutOfRange: return "virtqueue_pairs outside 1..max_virtqueue_pairs";
         case CtrlError::BadRss: return "RSS config rejected";
+        case CtrlError::BadHashConfig: return "hash config rejected";
         case CtrlError::Count: break;
     }
     return "unknown";
@@ -184,6 +207,7 @@ Result<CtrlCommand, CtrlError> CtrlQueue::check_chain() noexcept {
     if (!cmd) {
         stats_.cmds_err.add(cmd.error());
         if (cmd.error() == CtrlError::BadRss) stats_.rss_rejected.add(rss_why);
+        if (cmd.error() == CtrlError::BadHashConfig) stats_.hash_config_rejected.add(rss_why);
         return cmd;
     }
     switch (cmd.value().op) {
@@ -196,6 +220,7 @@ Result<CtrlCommand, CtrlError> CtrlQueue::check_chain() noexcept {
         }
         case CtrlCommand::Op::MqVqPairsSet: stats_.mq_pairs_set.add(); break;
         case CtrlCommand::Op::MqRssConfig: stats_.rss_configs.add(); break;
+        case CtrlCommand::Op::MqHashConfig: stats_.hash_configs.add(); break;
     }
     return cmd;
 }

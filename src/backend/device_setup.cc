@@ -146,6 +146,8 @@ void NetDevice::hoist_features() noexcept {
     rx_gso_ = virtio::has_feature(features_, virtio::VIRTIO_NET_F_GUEST_TSO4) ||
               virtio::has_feature(features_, virtio::VIRTIO_NET_F_GUEST_TSO6) ||
               virtio::has_feature(features_, virtio::VIRTIO_NET_F_GUEST_UFO);
+    hash_report_ = virtio::has_feature(features_, virtio::VIRTIO_NET_F_HASH_REPORT);
+    hdr_extra_ = hash_report_ ? virtio::kHashHdrExtraBytes : 0;
     // Rule (multiqueue steering): a driver with a control queue starts on one pair
     // (with MQ until VQ_PAIRS_SET; without, it has no other). Without one,
     // whoever emulates it (QEMU over vhost-user) enables the vrings in use.
@@ -156,9 +158,12 @@ void NetDevice::hoist_features() noexcept {
 
 bool NetDevice::features_ok(uint64_t features) const noexcept {
     if ((features & ~offered_features()) != 0) return false;
-    // Rule (5.1.3.1): VIRTIO_NET_F_RSS requires VIRTIO_NET_F_CTRL_VQ.
-    return !virtio::has_feature(features, virtio::VIRTIO_NET_F_RSS) ||
-           virtio::has_feature(features, virtio::VIRTIO_NET_F_CTRL_VQ);
+    if (virtio::has_feature(features, virtio::VIRTIO_NET_F_CTRL_VQ)) return true;
+    // Rule (5.1.3.1): VIRTIO_NET_F_RSS requires VIRTIO_NET_F_CTRL_VQ; and
+    // ("Device configuration layout") a driver SHOULD NOT negotiate
+    // VIRTIO_NET_F_HASH_REPORT without it: no command could configure the hash.
+    return !virtio::has_feature(features, virtio::VIRTIO_NET_F_RSS) &&
+           !virtio::has_feature(features, virtio::VIRTIO_NET_F_HASH_REPORT);
 }
 
 void NetDevice::sync_active_pairs() noexcept {
@@ -270,6 +275,11 @@ Status<DeviceError> NetDevice::start_locked(uint16_t i) noexcept {
     if (!is_tx && mergeable_rx_ && !p.rx_bufs) {
         p.rx_bufs.reset(new (std::nothrow) RxBufs);
         if (!p.rx_bufs) return unexpected(DeviceError::NoMemory);
+    }
+    if (std::unique_ptr<CutIov>& cut = is_tx ? p.tx_cut : p.rx_cut; hash_report_ && !cut) {
+        // tx_cut's owner is tx_mu, but no tx run can reach it: the vring is stopped.
+        cut.reset(new (std::nothrow) CutIov);
+        if (!cut) return unexpected(DeviceError::NoMemory);
     }
     {
         const std::lock_guard<std::mutex> tx_lock(p.tx_mu);  // process_tx_now sees q under it

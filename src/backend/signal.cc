@@ -129,6 +129,8 @@ void NetDevice::do_ctrl() noexcept {
                 rx_steer_->set_rss(c.rss);
                 ctrl_sync_active_pairs();
                 break;
+            // Hashing only: the pairs in use stay as they are.
+            case CtrlCommand::Op::MqHashConfig: rx_steer_->set_hash_config(c.hash); break;
         }
     });
     if (more) ctrl_pending_ = true;  // behind the datapath work already queued

@@ -1,6 +1,7 @@
 // Guest-side control virtqueue (VIRTIO 1.2 5.1.6.5 "Control Virtqueue",
-// multiqueue steering, RSS, 5.1.6.5.9 "Notifications Coalescing"), as
-// Linux virtnet_send_command, virtnet_set_queues, virtnet_commit_rss_command
+// multiqueue steering, RSS and its hash calculation, 5.1.6.5.9
+// "Notifications Coalescing"), as Linux virtnet_send_command,
+// virtnet_set_queues, virtnet_commit_rss_command
 // and virtnet_send_notf_coal_cmds: one command in flight at a time, laid out as
 // a readable header, readable data and a writable ack byte. Unlike Linux's
 // spin, the wait for the ack is bounded: a silent device gives CtrlTimeout.
@@ -22,7 +23,8 @@ constexpr uint64_t kCmdDataOff = 8;
 constexpr uint64_t kCmdAckOff = 512;
 constexpr std::size_t kCmdMaxData = kCmdAckOff - kCmdDataOff;
 // The largest command, RSS_CONFIG, fits; the page is ctrl_area_bytes' 4096.
-static_assert(kCmdMaxData >= net::kRssConfigMaxBytes && kCmdAckOff < 4096);
+static_assert(kCmdMaxData >= net::kRssConfigMaxBytes &&
+              kCmdMaxData >= net::kHashConfigMaxBytes && kCmdAckOff < 4096);
 
 }  // namespace
 
@@ -55,6 +57,13 @@ Status<FrontendError> VirtioNet::set_rss(const net::RssConfig& cfg) noexcept {
     std::array<uint8_t, net::kRssConfigMaxBytes> buf{};
     const std::size_t len = net::serialize_rss_config(cfg, buf);
     return send_command(virtio::VIRTIO_NET_CTRL_MQ, virtio::VIRTIO_NET_CTRL_MQ_RSS_CONFIG,
+                        std::as_bytes(std::span(buf).first(len)));
+}
+
+Status<FrontendError> VirtioNet::set_hash_config(const net::HashConfig& cfg) noexcept {
+    std::array<uint8_t, net::kHashConfigMaxBytes> buf{};
+    const std::size_t len = net::serialize_hash_config(cfg, buf);
+    return send_command(virtio::VIRTIO_NET_CTRL_MQ, virtio::VIRTIO_NET_CTRL_MQ_HASH_CONFIG,
                         std::as_bytes(std::span(buf).first(len)));
 }
 

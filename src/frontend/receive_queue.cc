@@ -20,6 +20,8 @@ ReceiveQueue::ReceiveQueue(const VirtioNetConfig& cfg, const ring::SplitRingAddr
       stats_(stats),
       clean_tx_(clean_tx),
       mergeable_rx_(cfg.mergeable_rx),
+      hash_report_(cfg.hash_report),
+      hdr_bytes_(cfg.hdr_bytes()),
       busy_poll_usecs_(cfg.busy_poll_usecs),
       rx_pieces_(cfg.mergeable_rx ? cfg.rx_size : 1u) {}
 
@@ -43,6 +45,22 @@ uint32_t ReceiveQueue::try_fill_recv() noexcept {
         stats_.rx_kicks.add();
     }
     return added;
+}
+
+void ReceiveQueue::read_hash(RxPiece& first) noexcept {
+    // VALIDATED: the buffer holds more than the header (receive checked its
+    // used len); the fields are read once, into a local, and checked there.
+    virtio::virtio_net_hdr_v1_hash h{};
+    std::memcpy(&h, first.host, sizeof h);
+    const uint16_t report = h.hash_report.get();
+    // Rule ("Hash reporting for incoming packets"): the device reports one
+    // of the VIRTIO_NET_HASH_REPORT_* values; anything else is not trusted.
+    if (report > virtio::VIRTIO_NET_HASH_REPORT_UDPv6_EX) {
+        stats_.rx_hash_report_unknown.add();
+        return;
+    }
+    first.hash_report = report;
+    if (report != virtio::VIRTIO_NET_HASH_REPORT_NONE) first.hash_value = h.hash_value.get();
 }
 
 std::size_t ReceiveQueue::collect_mergeable(uint64_t& len) noexcept {

@@ -97,6 +97,7 @@ Result<std::unique_ptr<VirtioNet>, FrontendError> VirtioNet::create(
     }
     std::unique_ptr<VirtioNet> d(new (std::nothrow) VirtioNet());
     if (!d) return unexpected(FrontendError::AreaTooSmall);
+    d->hdr_bytes_ = cfg.hdr_bytes();
     const uint64_t per_pair = QueuePair::area_bytes(cfg);
     d->pairs_.reserve(cfg.queue_pairs);
     for (uint16_t i = 0; i < cfg.queue_pairs; ++i) {

@@ -1,6 +1,8 @@
-// RSS (see rss.h). The frame parser reads only through a bounds-checked
-// span: every offset is checked against the bytes present before it is used,
-// and all offset arithmetic is 32-bit over 16-bit fields, so none can wrap.
+// RSS and hash calculation (see rss.h). The frame parser reads only through
+// a bounds-checked span, the frame's head: every offset is checked against
+// the bytes present before it is used, lengths the headers claim against the
+// frame's length, and all offset arithmetic is 32-bit over 16-bit fields
+// (and offsets below kHashHeadBytes), so none can wrap.
 #include "pvnet/net/rss.h"
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 
 #include "pvnet/net/proto.h"
 
@@ -46,37 +49,42 @@ struct L3 {
     uint32_t l4_len = 0;  ///< bytes from l4_at to the end of the IP packet
 };
 
-/// IPv4 at `at`; false when the header or the length it claims is not there.
-bool parse_ipv4(std::span<const uint8_t> f, uint32_t at, L3& out) noexcept {
-    const auto avail = static_cast<uint32_t>(f.size()) - at;
-    if (avail < kIpv4HdrBytes || (f[at] >> 4) != 4) return false;
-    const uint32_t ihl = (f[at] & 0x0fu) * 4u;
-    const uint32_t total = be16(f, at + 2);
+/// IPv4 at `at` of a frame of `frame_len` bytes whose head is `h`; false
+/// when the header or the length it claims is not there.
+bool parse_ipv4(std::span<const uint8_t> h, uint32_t frame_len, uint32_t at, L3& out) noexcept {
+    const uint32_t avail = frame_len - at;
+    if (avail < kIpv4HdrBytes || h.size() < at + kIpv4HdrBytes || (h[at] >> 4) != 4) return false;
+    const uint32_t ihl = (h[at] & 0x0fu) * 4u;
+    const uint32_t total = be16(h, at + 2);
     // Ethernet padding may follow the packet; the packet may not pass the frame.
     if (ihl < kIpv4HdrBytes || total < ihl || total > avail) return false;
     out.ipv6 = false;
     out.addr_at = at + 12;
     // Rule: a fragment hashes on its addresses only (every fragment of a
     // datagram must land on one queue, and only the first has the ports).
-    if ((be16(f, at + 6) & kIpMfOffset) == 0) {
-        out.proto = f[at + 9];
+    // The ports lie in the head: at most 18 + 60 + 4 bytes in.
+    if ((be16(h, at + 6) & kIpMfOffset) == 0) {
+        out.proto = h[at + 9];
         out.l4_at = at + ihl;
         out.l4_len = total - ihl;
     }
     return true;
 }
 
-/// IPv6 at `at`, walking the extension headers that carry no addresses.
-bool parse_ipv6(std::span<const uint8_t> f, uint32_t at, L3& out) noexcept {
-    const auto avail = static_cast<uint32_t>(f.size()) - at;
-    if (avail < kIpv6HdrBytes || (f[at] >> 4) != 6) return false;
-    const uint32_t end = at + kIpv6HdrBytes + be16(f, at + 4);
-    if (end > f.size()) return false;
+/// IPv6 at `at`, walking the extension headers that carry no addresses
+/// while they lie in the head `h`.
+bool parse_ipv6(std::span<const uint8_t> h, uint32_t frame_len, uint32_t at, L3& out) noexcept {
+    const uint32_t avail = frame_len - at;
+    if (avail < kIpv6HdrBytes || h.size() < at + kIpv6HdrBytes || (h[at] >> 4) != 6) return false;
+    const uint32_t end = at + kIpv6HdrBytes + be16(h, at + 4);
+    if (end > frame_len) return false;
     out.ipv6 = true;
     out.addr_at = at + 8;
-    uint8_t next = f[at + 6];
+    uint8_t next = h[at + 6];
     uint32_t p = at + kIpv6HdrBytes;
     for (int i = 0; i < kMaxIpv6ExtHeaders; ++i) {
+        // Past the head (kHashHeadBytes): hash on the addresses.
+        if (p + 4 > h.size()) return true;
         if (next == kIpprotoTcp || next == kIpprotoUdp) {
             out.proto = next;
             out.l4_at = p;
@@ -88,12 +96,30 @@ bool parse_ipv6(std::span<const uint8_t> f, uint32_t at, L3& out) noexcept {
             return true;
         }
         if (end - p < 8) return true;  // the IP packet ends inside it: no L4 header
-        const uint32_t len = (uint32_t{f[p + 1]} + 1) * 8;
+        const uint32_t len = (uint32_t{h[p + 1]} + 1) * 8;
         if (len > end - p) return true;
-        next = f[p];
+        next = h[p];
         p += len;
     }
     return true;
+}
+
+/// The tail both commands share: u8 hash_key_length at key_at - 1, then the
+/// key, which ends the data. Fills `key` and `key_len`; the error, if any.
+std::optional<RssError> parse_key(std::span<const uint8_t> d, uint32_t key_at,
+                                  uint32_t hash_types,
+                                  std::array<uint8_t, v::VIRTIO_NET_RSS_MAX_KEY_SIZE>& key,
+                                  uint8_t& key_len) noexcept {
+    const uint8_t n = d[key_at - 1];
+    if (n > v::VIRTIO_NET_RSS_MAX_KEY_SIZE) return RssError::KeyTooLong;
+    if (d.size() < key_at + n) return RssError::DataTooShort;
+    if (d.size() > key_at + n) return RssError::TrailingBytes;
+    // Rule (QEMU's): hashing with no key gives every flow hash 0 (and under
+    // RSS sends it to table[0]).
+    if (n == 0 && hash_types != 0) return RssError::KeyMissing;
+    key_len = n;
+    std::copy_n(d.begin() + key_at, n, key.begin());
+    return std::nullopt;
 }
 
 }  // namespace
@@ -115,19 +141,26 @@ uint32_t toeplitz_hash(std::span<const uint8_t> key, std::span<const uint8_t> in
 }
 
 HashInput extract_hash_input(std::span<const uint8_t> frame, uint32_t hash_types) noexcept {
+    return extract_hash_input(hash_head(frame), hash_frame_len(frame), hash_types);
+}
+
+HashInput extract_hash_input(std::span<const uint8_t> head, uint32_t frame_len,
+                             uint32_t hash_types) noexcept {
     HashInput in;
-    if (frame.size() < kEthHlen) return in;
+    // What the caller has of the frame, never more than the frame.
+    if (head.size() > frame_len) head = head.first(frame_len);
+    if (head.size() < kEthHlen) return in;
     uint32_t at = kEthHlen;
-    uint16_t ethertype = be16(frame, 12);
+    uint16_t ethertype = be16(head, 12);
     if (ethertype == kEthP8021Q) {
-        if (frame.size() < kEthHlen + kVlanHlen) return in;
-        ethertype = be16(frame, 16);
+        if (head.size() < kEthHlen + kVlanHlen) return in;
+        ethertype = be16(head, 16);
         at += kVlanHlen;
     }
     L3 l3;
     bool ok = false;
-    if (ethertype == kEthPIp) ok = parse_ipv4(frame, at, l3);
-    if (ethertype == kEthPIpv6) ok = parse_ipv6(frame, at, l3);
+    if (ethertype == kEthPIp) ok = parse_ipv4(head, frame_len, at, l3);
+    if (ethertype == kEthPIpv6) ok = parse_ipv6(head, frame_len, at, l3);
     if (!ok) return in;
 
     const uint32_t t_ip =
@@ -136,17 +169,20 @@ HashInput extract_hash_input(std::span<const uint8_t> frame, uint32_t hash_types
         l3.ipv6 ? v::VIRTIO_NET_RSS_HASH_TYPE_TCPv6 : v::VIRTIO_NET_RSS_HASH_TYPE_TCPv4;
     const uint32_t t_udp =
         l3.ipv6 ? v::VIRTIO_NET_RSS_HASH_TYPE_UDPv6 : v::VIRTIO_NET_RSS_HASH_TYPE_UDPv4;
-    const bool has_tcp = l3.proto == kIpprotoTcp && l3.l4_len >= kTcpHdrBytes;
-    const bool has_udp = l3.proto == kIpprotoUdp && l3.l4_len >= kUdpHdrBytes;
+    // The ports are read from the head (a head shorter than the contract's
+    // min(frame_len, kHashHeadBytes) hashes the addresses, never reads past).
+    const bool ports_in_head = l3.l4_at + 4 <= head.size();
+    const bool has_tcp = l3.proto == kIpprotoTcp && l3.l4_len >= kTcpHdrBytes && ports_in_head;
+    const bool has_udp = l3.proto == kIpprotoUdp && l3.l4_len >= kUdpHdrBytes && ports_in_head;
     const bool ports =
         ((hash_types & t_tcp) != 0 && has_tcp) || ((hash_types & t_udp) != 0 && has_udp);
     if (!ports && (hash_types & t_ip) == 0) return in;
 
     const uint32_t addr_len = l3.ipv6 ? 32 : 8;
-    std::memcpy(in.bytes.data(), frame.data() + l3.addr_at, addr_len);
+    std::memcpy(in.bytes.data(), head.data() + l3.addr_at, addr_len);
     in.len = static_cast<uint8_t>(addr_len);
     if (ports) {
-        std::memcpy(in.bytes.data() + addr_len, frame.data() + l3.l4_at, 4);
+        std::memcpy(in.bytes.data() + addr_len, head.data() + l3.l4_at, 4);
         in.len = static_cast<uint8_t>(addr_len + 4);
         in.hash_report =
             has_tcp ? (l3.ipv6 ? v::VIRTIO_NET_HASH_REPORT_TCPv6 : v::VIRTIO_NET_HASH_REPORT_TCPv4)
@@ -213,14 +249,9 @@ Result<RssConfig, RssError> parse_rss_config(std::span<const uint8_t> d,
     if (cfg.max_tx_vq == 0 || cfg.max_tx_vq > max_pairs) {
         return unexpected(RssError::MaxTxVqOutOfRange);
     }
-    const uint8_t key_len = d[key_at - 1];
-    if (key_len > v::VIRTIO_NET_RSS_MAX_KEY_SIZE) return unexpected(RssError::KeyTooLong);
-    if (d.size() < key_at + key_len) return unexpected(RssError::DataTooShort);
-    if (d.size() > key_at + key_len) return unexpected(RssError::TrailingBytes);
-    // Rule (QEMU's): hashing with no key would send every flow to table[0].
-    if (key_len == 0 && cfg.hash_types != 0) return unexpected(RssError::KeyMissing);
-    cfg.key_len = key_len;
-    std::copy_n(d.begin() + key_at, key_len, cfg.key.begin());
+    if (const auto e = parse_key(d, key_at, cfg.hash_types, cfg.key, cfg.key_len)) {
+        return unexpected(*e);
+    }
     return cfg;
 }
 
@@ -252,12 +283,52 @@ std::vector<uint8_t> serialize_rss_config(const RssConfig& cfg) {
     return {buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n)};
 }
 
+Result<HashConfig, RssError> parse_hash_config(std::span<const uint8_t> d) noexcept {
+    // le32 hash_types, le16 reserved[4], u8 hash_key_length.
+    constexpr uint32_t kKeyAt = v::kHashConfigFixedBytes;
+    if (d.size() < kKeyAt) return unexpected(RssError::DataTooShort);
+    HashConfig cfg;
+    cfg.hash_types = uint32_t{d[0]} | uint32_t{d[1]} << 8 | uint32_t{d[2]} << 16 |
+                     uint32_t{d[3]} << 24;
+    // Rule (as RSS_CONFIG's): no hash type the device does not offer.
+    if ((cfg.hash_types & ~kRssSupportedHashTypes) != 0) {
+        return unexpected(RssError::UnsupportedHashType);
+    }
+    if (const auto e = parse_key(d, kKeyAt, cfg.hash_types, cfg.key, cfg.key_len)) {
+        return unexpected(*e);
+    }
+    return cfg;
+}
+
+std::size_t serialize_hash_config(const HashConfig& cfg,
+                                  std::span<uint8_t, kHashConfigMaxBytes> out) noexcept {
+    std::fill(out.begin(), out.end(), uint8_t{0});  // reserved[4]: zeroes
+    for (uint32_t i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(cfg.hash_types >> (8 * i));
+    // Our own config: the cap keeps a malformed one inside `out`.
+    const uint8_t key_len = std::min<uint8_t>(cfg.key_len, v::VIRTIO_NET_RSS_MAX_KEY_SIZE);
+    out[v::kHashConfigFixedBytes - 1] = key_len;
+    std::copy_n(cfg.key.begin(), key_len, out.begin() + v::kHashConfigFixedBytes);
+    return v::kHashConfigFixedBytes + key_len;
+}
+
 RxSteering select_rx_queue(const RssConfig& cfg, std::span<const uint8_t> frame) noexcept {
-    const HashInput in = extract_hash_input(frame, cfg.hash_types);
+    return select_rx_queue(cfg, hash_head(frame), hash_frame_len(frame));
+}
+
+RxSteering select_rx_queue(const RssConfig& cfg, std::span<const uint8_t> head,
+                           uint32_t frame_len) noexcept {
+    const HashInput in = extract_hash_input(head, frame_len, cfg.hash_types);
     if (in.hash_report == v::VIRTIO_NET_HASH_REPORT_NONE)
         return {cfg.unclassified_queue, 0, in.hash_report};
     const uint32_t hash = toeplitz_hash({cfg.key.data(), cfg.key_len}, in.span());
     return {cfg.table[hash & (cfg.table_len - 1u)], hash, in.hash_report};
+}
+
+RxSteering hash_frame(const HashConfig& cfg, std::span<const uint8_t> head,
+                      uint32_t frame_len) noexcept {
+    const HashInput in = extract_hash_input(head, frame_len, cfg.hash_types);
+    if (in.hash_report == v::VIRTIO_NET_HASH_REPORT_NONE) return {};
+    return {0, toeplitz_hash({cfg.key.data(), cfg.key_len}, in.span()), in.hash_report};
 }
 
 }  // namespace pvnet::net

@@ -102,6 +102,8 @@ uint64_t GuestPair::features(uint64_t offloads) const noexcept {
     if (fc_.ctrl_vq && fc_.queue_pairs > 1) {
         f |= feature_mask(VIRTIO_NET_F_MQ) | feature_mask(VIRTIO_NET_F_RSS);
     }
+    // The driver's header is virtio_net_hdr_v1_hash: the device must agree.
+    if (fc_.hash_report) f |= feature_mask(VIRTIO_NET_F_HASH_REPORT);
     return f;
 }
 

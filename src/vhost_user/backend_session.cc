@@ -20,10 +20,12 @@ constexpr uint64_t mq_feature() noexcept { return virtio::feature_mask(virtio::V
 
 uint64_t session_features(const backend::NetDevice& dev) noexcept {
     // The control queue's features: QEMU emulates that queue, so their
-    // commands (RSS_CONFIG among them) would never reach the device.
+    // commands (RSS_CONFIG and HASH_CONFIG among them) would never reach the
+    // device, and a hash report would report a hash nobody configured.
     const uint64_t ctrl = virtio::feature_mask(virtio::VIRTIO_NET_F_CTRL_VQ) |
                           virtio::feature_mask(virtio::VIRTIO_NET_F_NOTF_COAL) |
-                          virtio::feature_mask(virtio::VIRTIO_NET_F_RSS);
+                          virtio::feature_mask(virtio::VIRTIO_NET_F_RSS) |
+                          virtio::feature_mask(virtio::VIRTIO_NET_F_HASH_REPORT);
     // QEMU steers among the pairs (VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET in its own control
     // queue) by enabling vrings; the device only serves the vrings it is given.
     const uint64_t mq = dev.max_pairs() > 1 ? mq_feature() : 0;

@@ -32,6 +32,7 @@ std::string_view feature_name(unsigned bit) noexcept {
         case VIRTIO_NET_F_CTRL_RX: return "VIRTIO_NET_F_CTRL_RX";
         case VIRTIO_NET_F_MQ: return "VIRTIO_NET_F_MQ";
         case VIRTIO_NET_F_NOTF_COAL: return "VIRTIO_NET_F_NOTF_COAL";
+        case VIRTIO_NET_F_HASH_REPORT: return "VIRTIO_NET_F_HASH_REPORT";
         case VIRTIO_NET_F_RSS: return "VIRTIO_NET_F_RSS";
         default: return "";
     }

@@ -3,11 +3,13 @@
 // and out of range, hostile RSS_CONFIGs: ERR acks, counters by reason, the
 // steering left as it was), the feature rules (RSS needs CTRL_VQ, MQ/RSS a
 // device of more than one pair, the pairs in use by default and after
-// reset), and end to end, VirtioNet's set_rss / set_queue_pairs against a
-// worker: frames steered per Toeplitz, rx of a pair out of use not served.
+// reset), hostile HASH_CONFIGs (VIRTIO_NET_F_HASH_REPORT without RSS), and
+// end to end, VirtioNet's set_rss / set_queue_pairs against a worker:
+// frames steered per Toeplitz, rx of a pair out of use not served.
 // Every wait is bounded.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -197,6 +199,32 @@ TEST(CtrlMq, CommandsOfAFeatureNotNegotiatedAreErr) {
 
 // ---- RSS_CONFIG from a hostile guest -------------------------------------------------------
 
+/// A config's command data and what a hostile guest makes of it.
+struct Hostile {
+    std::vector<uint8_t> wire;
+    /// One byte changed.
+    std::vector<uint8_t> with(std::size_t at, uint8_t x) const {
+        std::vector<uint8_t> d = wire;
+        d.at(at) = x;
+        return d;
+    }
+    /// hash_key_length (at `key_len_at`) one past the maximum, the key too.
+    std::vector<uint8_t> long_key(std::size_t key_len_at) const {
+        std::vector<uint8_t> d = with(key_len_at, 41);
+        d.push_back(0);
+        return d;
+    }
+    std::vector<uint8_t> trailing() const {
+        std::vector<uint8_t> d = wire;
+        d.push_back(0);
+        return d;
+    }
+};
+struct BadCase {
+    std::vector<uint8_t> data;
+    net::RssError why;
+};
+
 TEST(CtrlMq, HostileRssConfigsAreErrCountedByReasonAndLeaveSteeringAsItWas) {
     MqBench b;
     const net::RssConfig good = rss_cfg(4, 3);
@@ -215,24 +243,13 @@ TEST(CtrlMq, HostileRssConfigsAreErrCountedByReasonAndLeaveSteeringAsItWas) {
     };
     const std::vector<uint16_t> before = steering();
 
-    auto with = [&](std::size_t at, uint8_t x) {
-        std::vector<uint8_t> d = wire;
-        d.at(at) = x;
-        return d;
-    };
+    const Hostile h{wire};
     const std::size_t key_len_at = 8 + 2 * std::size_t{good.table_len} + 2;
-    std::vector<uint8_t> long_key = with(key_len_at, 41);
-    long_key.push_back(0);
-    std::vector<uint8_t> trailing = wire;
-    trailing.push_back(0);
-    const struct {
-        std::vector<uint8_t> data;
-        net::RssError why;
-    } bad[] = {
-        {with(4, 2), net::RssError::TableLengthNotPowerOfTwo},  // mask 2: 3 entries
-        {with(8, 4), net::RssError::TableQueueOutOfRange},      // table[0] = 4 of 4 pairs
-        {long_key, net::RssError::KeyTooLong},
-        {trailing, net::RssError::TrailingBytes},
+    const BadCase bad[] = {
+        {h.with(4, 2), net::RssError::TableLengthNotPowerOfTwo},  // mask 2: 3 entries
+        {h.with(8, 4), net::RssError::TableQueueOutOfRange},      // table[0] = 4 of 4 pairs
+        {h.long_key(key_len_at), net::RssError::KeyTooLong},
+        {h.trailing(), net::RssError::TrailingBytes},
     };
     for (const auto& c : bad) {
         SCOPED_TRACE(net::to_string(c.why));
@@ -246,6 +263,81 @@ TEST(CtrlMq, HostileRssConfigsAreErrCountedByReasonAndLeaveSteeringAsItWas) {
     EXPECT_TRUE(s.rss_enabled());
     EXPECT_EQ(s.active_pairs(), 3);
     EXPECT_EQ(steering(), before);
+}
+
+// ---- HASH_CONFIG from a hostile guest -----------------------------------------------------
+
+std::vector<uint8_t> hash_wire(const net::HashConfig& c) {
+    std::array<uint8_t, net::kHashConfigMaxBytes> buf{};
+    const std::size_t n = net::serialize_hash_config(c, buf);
+    return {buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n)};
+}
+
+TEST(CtrlMq, HostileHashConfigsAreErrCountedByReasonAndLeaveHashingAsItWas) {
+    // HASH_REPORT without RSS: HASH_CONFIG is the command that sets the hash.
+    MqBench b((kMqFeatures & ~v::feature_mask(v::VIRTIO_NET_F_RSS)) |
+              v::feature_mask(v::VIRTIO_NET_F_HASH_REPORT));
+    net::HashConfig good;
+    good.hash_types = v::VIRTIO_NET_RSS_HASH_TYPE_UDPv4 | v::VIRTIO_NET_RSS_HASH_TYPE_IPv4;
+    good.key_len = 40;
+    for (uint8_t i = 0; i < 40; ++i) good.key[i] = static_cast<uint8_t>(i * 11 + 3);
+    const std::vector<uint8_t> wire = hash_wire(good);
+    const RxSteer& s = b.dev().rx_steer();
+    EXPECT_FALSE(s.hashing_enabled());
+    ASSERT_EQ(b.send(as_cmd(v::VIRTIO_NET_CTRL_MQ_HASH_CONFIG, wire)), v::VIRTIO_NET_OK);
+    ASSERT_TRUE(s.hashing_enabled());
+    EXPECT_FALSE(s.rss_enabled());
+    EXPECT_EQ(s.active_pairs(), 1) << "no steering";
+    EXPECT_EQ(b.cstats().hash_configs.get(), 1u);
+    auto hashes = [&] {
+        std::vector<uint32_t> h;
+        for (uint16_t port = 2000; port < 2016; ++port) h.push_back(s.steer(udp4_frame(port, 7)).hash);
+        return h;
+    };
+    const std::vector<uint32_t> before = hashes();
+    EXPECT_NE(before[0], before[1]) << "ports hashed (UDPv4)";
+
+    const Hostile h{wire};
+    const BadCase bad[] = {
+        {h.with(0, 0x43), net::RssError::UnsupportedHashType},  // + IP_EX
+        {h.long_key(v::kHashConfigFixedBytes - 1), net::RssError::KeyTooLong},
+        {{wire.begin(), wire.begin() + 20}, net::RssError::DataTooShort},
+        {{wire.begin(), wire.begin() + 5}, net::RssError::DataTooShort},
+        {h.trailing(), net::RssError::TrailingBytes},
+    };
+    for (const auto& c : bad) {
+        SCOPED_TRACE(net::to_string(c.why));
+        EXPECT_EQ(b.send(as_cmd(v::VIRTIO_NET_CTRL_MQ_HASH_CONFIG, c.data)), v::VIRTIO_NET_ERR);
+    }
+    EXPECT_EQ(b.cstats().hash_config_rejected.get(net::RssError::UnsupportedHashType), 1u);
+    EXPECT_EQ(b.cstats().hash_config_rejected.get(net::RssError::KeyTooLong), 1u);
+    EXPECT_EQ(b.cstats().hash_config_rejected.get(net::RssError::DataTooShort), 2u);
+    EXPECT_EQ(b.cstats().hash_config_rejected.get(net::RssError::TrailingBytes), 1u);
+    EXPECT_EQ(b.cstats().cmds_err.get(CtrlError::BadHashConfig), 5u);
+    EXPECT_EQ(b.cstats().rss_rejected.total(), 0u);
+    EXPECT_EQ(b.cstats().hash_configs.get(), 1u);
+    EXPECT_TRUE(s.hashing_enabled());
+    EXPECT_EQ(hashes(), before) << "unchanged";
+
+    // VQ_PAIRS_SET keeps it; reset forgets it.
+    ASSERT_EQ(b.send(pairs_set(2)), v::VIRTIO_NET_OK);
+    EXPECT_TRUE(s.hashing_enabled());
+    EXPECT_EQ(hashes(), before);
+    b.dev().reset();
+    EXPECT_FALSE(s.hashing_enabled());
+}
+
+TEST(CtrlMq, HashConfigNeedsHashReportAndNoRss) {
+    const std::vector<uint8_t> off(v::kHashConfigFixedBytes, 0);  // hash_types 0, no key
+    MqBench rss_and_hash(kMqFeatures | v::feature_mask(v::VIRTIO_NET_F_HASH_REPORT));
+    EXPECT_EQ(rss_and_hash.send(as_cmd(v::VIRTIO_NET_CTRL_MQ_HASH_CONFIG, off)), v::VIRTIO_NET_ERR);
+    MqBench no_hash(kMqFeatures & ~v::feature_mask(v::VIRTIO_NET_F_RSS));
+    EXPECT_EQ(no_hash.send(as_cmd(v::VIRTIO_NET_CTRL_MQ_HASH_CONFIG, off)), v::VIRTIO_NET_ERR);
+    for (MqBench* b : {&rss_and_hash, &no_hash}) {
+        EXPECT_EQ(b->cstats().cmds_err.get(CtrlError::NotNegotiated), 1u);
+        EXPECT_EQ(b->cstats().hash_configs.get(), 0u);
+        EXPECT_FALSE(b->dev().rx_steer().hashing_enabled());
+    }
 }
 
 TEST(CtrlMq, VqPairsSetTurnsRssOffAndResetForgetsItAll) {

@@ -98,6 +98,10 @@ constexpr CtrlFeatures kMqOnly{false, true, false, 4};
 constexpr CtrlFeatures kRssOnly{false, false, true, 4};
 constexpr CtrlFeatures kAll{true, true, true, 4};
 constexpr CtrlFeatures kMqMaxPairs{false, true, false, virtio::VIRTIO_NET_CTRL_MQ_VQ_PAIRS_MAX};
+/// VIRTIO_NET_F_HASH_REPORT alone (HASH_CONFIG served), and with RSS (not).
+constexpr CtrlFeatures kHashOnly{false, false, false, 4, true};
+constexpr CtrlFeatures kHashMq{false, true, false, 4, true};
+constexpr CtrlFeatures kHashRss{false, true, true, 4, true};
 
 // ---- parse_ctrl_command ----------------------------------------------------------------
 
@@ -110,7 +114,8 @@ struct ParseCase {
     CoalesceParams coal{};
     uint16_t pairs = 0;
     std::optional<net::RssConfig> rss{};       ///< MqRssConfig: what it parses to
-    std::optional<net::RssError> rss_err{};  ///< BadRss: the reason
+    std::optional<net::RssError> rss_err{};  ///< BadRss / BadHashConfig: the reason
+    std::optional<net::HashConfig> hash{};     ///< MqHashConfig: what it parses to
 };
 
 std::vector<ParseCase> parse_cases() {
@@ -136,6 +141,16 @@ std::vector<ParseCase> parse_cases() {
     };
     std::vector<uint8_t> rss_page = biggest_bytes;
     rss_page.resize(4096, 0x5a);
+    net::HashConfig hash;
+    hash.hash_types = net::kRssSupportedHashTypes;
+    hash.key_len = 40;
+    for (uint8_t i = 0; i < 40; ++i) hash.key[i] = static_cast<uint8_t>(i * 7 + 1);
+    std::array<uint8_t, net::kHashConfigMaxBytes> hash_buf{};
+    const std::vector<uint8_t> hash_good(
+        hash_buf.begin(),
+        hash_buf.begin() + static_cast<std::ptrdiff_t>(net::serialize_hash_config(hash, hash_buf)));
+    std::vector<uint8_t> hash_page = hash_good;
+    hash_page.resize(4096, 0x5a);
     return {
         {"GoodRxSet", cmd_bytes(C, VIRTIO_NET_CTRL_NOTF_COAL_RX_SET, {8, 0}), kCoal, std::nullopt,
          Op::NotfCoalRxSet, {8, 0}},
@@ -178,8 +193,32 @@ std::vector<ParseCase> parse_cases() {
         {"VqPairsSetLong", pairs_set_bytes(2, 1), kMqOnly, CtrlError::BadDataSize},
         {"VqPairsSetWithoutMq", pairs_set_bytes(2), kRssOnly, CtrlError::NotNegotiated},
         {"MqClassWithoutMqOrRss", pairs_set_bytes(2), kCoal, CtrlError::NotNegotiated},
-        {"MqHashConfigNotServed", mq_bytes(VIRTIO_NET_CTRL_MQ_HASH_CONFIG, good_bytes), kAll,
-         CtrlError::UnknownCmd},
+        // VIRTIO_NET_CTRL_MQ_HASH_CONFIG: net::parse_hash_config, with HASH_REPORT
+        // and without RSS (with it, RSS_CONFIG sets the hash).
+        {"HashConfigWithoutHashReport", mq_bytes(VIRTIO_NET_CTRL_MQ_HASH_CONFIG, hash_good), kAll,
+         CtrlError::NotNegotiated},
+        {"HashConfigWithRss", mq_bytes(VIRTIO_NET_CTRL_MQ_HASH_CONFIG, hash_good), kHashRss,
+         CtrlError::NotNegotiated},
+        {"HashConfigGood", mq_bytes(VIRTIO_NET_CTRL_MQ_HASH_CONFIG, hash_good), kHashOnly,
+         std::nullopt, Op::MqHashConfig, {}, 0, std::nullopt, std::nullopt, hash},
+        {"HashConfigWithMq", mq_bytes(VIRTIO_NET_CTRL_MQ_HASH_CONFIG, hash_good), kHashMq,
+         std::nullopt, Op::MqHashConfig, {}, 0, std::nullopt, std::nullopt, hash},
+        {"HashConfigUnsupportedType", mq_bytes(VIRTIO_NET_CTRL_MQ_HASH_CONFIG, with(hash_good, 1, 1)),
+         kHashOnly, CtrlError::BadHashConfig, Op::NotfCoalTxSet, {}, 0, std::nullopt,
+         RssError::UnsupportedHashType},
+        {"HashConfigKeyTooLong",
+         mq_bytes(VIRTIO_NET_CTRL_MQ_HASH_CONFIG, plus(with(hash_good, 12, 41), 1)), kHashOnly,
+         CtrlError::BadHashConfig, Op::NotfCoalTxSet, {}, 0, std::nullopt, RssError::KeyTooLong},
+        {"HashConfigCut",
+         mq_bytes(VIRTIO_NET_CTRL_MQ_HASH_CONFIG, {hash_good.begin(), hash_good.end() - 1}),
+         kHashOnly, CtrlError::BadHashConfig, Op::NotfCoalTxSet, {}, 0, std::nullopt,
+         RssError::DataTooShort},
+        {"HashConfigTrailingByte", mq_bytes(VIRTIO_NET_CTRL_MQ_HASH_CONFIG, plus(hash_good, 1)),
+         kHashOnly, CtrlError::BadHashConfig, Op::NotfCoalTxSet, {}, 0, std::nullopt,
+         RssError::TrailingBytes},
+        {"HashConfigPageLong", mq_bytes(VIRTIO_NET_CTRL_MQ_HASH_CONFIG, hash_page), kHashOnly,
+         CtrlError::BadHashConfig, Op::NotfCoalTxSet, {}, 0, std::nullopt, RssError::TrailingBytes},
+        {"VqPairsSetWithHashReportAlone", pairs_set_bytes(2), kHashOnly, CtrlError::NotNegotiated},
         {"MqUnknownCmd", mq_bytes(7, std::vector<uint8_t>{1, 0}), kMqOnly, CtrlError::UnknownCmd},
         // VIRTIO_NET_CTRL_MQ_RSS_CONFIG: net::parse_rss_config against max_pairs, with RSS.
         {"RssConfigGood", rss_bytes(good_bytes), kRssOnly, std::nullopt, Op::MqRssConfig, {}, 0,
@@ -229,6 +268,12 @@ void expect_parse(const ParseCase& c, std::span<const iovec> iov) {
         if (c.op == Op::MqRssConfig) {
             ASSERT_TRUE(c.rss.has_value());
             expect_rss_eq(r.value().rss, *c.rss);
+        }
+        if (c.op == Op::MqHashConfig) {
+            ASSERT_TRUE(c.hash.has_value());
+            EXPECT_EQ(r.value().hash.hash_types, c.hash->hash_types);
+            EXPECT_EQ(r.value().hash.key_len, c.hash->key_len);
+            EXPECT_EQ(r.value().hash.key, c.hash->key);
         }
     }
 }

@@ -1,19 +1,20 @@
 // Fuzz target: parse_ctrl_command, the control virtqueue's command parser
-// (VIRTIO 1.2 5.1.6.5 "Control Virtqueue", multiqueue steering,
-// RSS, 5.1.6.5.9 "Notifications Coalescing"; STYLE.md §11 "Fuzz").
+// (VIRTIO 1.2 5.1.6.5 "Control Virtqueue", multiqueue steering, RSS and its
+// hash calculation, 5.1.6.5.9 "Notifications Coalescing"; STYLE.md §11 "Fuzz").
 //
 // Input, read front to back (missing bytes read as zero):
 //   byte 0   the features: bit 0 VIRTIO_NET_F_NOTF_COAL, bit 1 VIRTIO_NET_F_MQ,
 //            bit 2 VIRTIO_NET_F_RSS; bits 3..7 max_virtqueue_pairs - 1
 //            (31: 0x8000, the spec's maximum)
-//   byte 1   number of cuts (0..7) splitting the command into iovecs
+//   byte 1   bits 0..2: number of cuts (0..7) splitting the command into
+//            iovecs; bit 3: VIRTIO_NET_F_HASH_REPORT
 //   cuts     one byte each: a cut offset, taken modulo the command length + 1
 //   rest     the command bytes (the chain's readable part)
 // Each piece lives in its own heap block of exactly its size, so any read
 // past a piece is an ASan report. The result must not depend on the split,
 // and must match a model written from the spec's rules, which hands
-// RSS_CONFIG's data whole to net::parse_rss_config (the parser copies at
-// most the longest valid config).
+// RSS_CONFIG's and HASH_CONFIG's data whole to net::parse_rss_config /
+// parse_hash_config (the parser copies at most the longest valid config).
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -64,7 +65,7 @@ Want model(const uint8_t* b, std::size_t n, const CtrlFeatures& f) {
         return {c};
     }
     if (b[0] != v::VIRTIO_NET_CTRL_MQ) return err(CtrlError::UnknownClass);
-    if (!f.mq && !f.rss) return err(CtrlError::NotNegotiated);
+    if (!f.mq && !f.rss && !f.hash_report) return err(CtrlError::NotNegotiated);
     if (b[1] == v::VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET) {
         if (!f.mq) return err(CtrlError::NotNegotiated);
         if (n != 4) return err(CtrlError::BadDataSize);
@@ -80,6 +81,14 @@ Want model(const uint8_t* b, std::size_t n, const CtrlFeatures& f) {
         if (!cfg) return err(CtrlError::BadRss, cfg.error());
         c.op = CtrlCommand::Op::MqRssConfig;
         c.rss = cfg.value();
+        return {c};
+    }
+    if (b[1] == v::VIRTIO_NET_CTRL_MQ_HASH_CONFIG) {
+        if (!f.hash_report || f.rss) return err(CtrlError::NotNegotiated);
+        const auto cfg = net::parse_hash_config({b + 2, n - 2});
+        if (!cfg) return err(CtrlError::BadHashConfig, cfg.error());
+        c.op = CtrlCommand::Op::MqHashConfig;
+        c.hash = cfg.value();
         return {c};
     }
     return err(CtrlError::UnknownCmd);
@@ -110,6 +119,10 @@ void check_same(const Result<CtrlCommand, CtrlError>& got, net::RssError got_why
             FUZZ_CHECK(g.pairs == w.pairs && g.pairs >= 1 && g.pairs <= 0x8000);
             break;
         case CtrlCommand::Op::MqRssConfig: FUZZ_CHECK(same_rss(g.rss, w.rss)); break;
+        case CtrlCommand::Op::MqHashConfig:
+            FUZZ_CHECK(g.hash.hash_types == w.hash.hash_types &&
+                       g.hash.key_len == w.hash.key_len && g.hash.key == w.hash.key);
+            break;
     }
 }
 
@@ -126,7 +139,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     f.rss = (fb & 4u) != 0;
     const unsigned sel = fb >> 3;
     f.max_pairs = static_cast<uint16_t>(sel == 31 ? 0x8000 : sel + 1);
-    const std::size_t n_cuts = in.u8() % 8u;
+    const uint8_t cut_byte = in.u8();
+    f.hash_report = (cut_byte & 8u) != 0;
+    const std::size_t n_cuts = cut_byte % 8u;
     std::vector<uint8_t> cut_bytes;
     for (std::size_t i = 0; i < n_cuts; ++i) cut_bytes.push_back(in.u8());
     const std::size_t head = std::min<std::size_t>(size, 2 + n_cuts);

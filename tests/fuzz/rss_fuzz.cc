@@ -1,14 +1,20 @@
-// Fuzz target: net::parse_rss_config, net::extract_hash_input and
-// net::select_rx_queue (STYLE.md §11).
+// Fuzz target: net::parse_rss_config, net::parse_hash_config,
+// net::extract_hash_input, net::select_rx_queue and net::hash_frame
+// (STYLE.md §11).
 //
 // Input: le16 queue pairs (1 + value % 0x8000), le32 hash types for the
 // extractor alone, le16 split, then bytes: the first `split` are the
-// RSS_CONFIG command data, the rest an Ethernet frame. Invariants: an
-// accepted config obeys every limit and re-encodes (serialize_rss_config) to
-// exactly its input; the hash input has the length and type its report
-// names, of an enabled type; the selected queue is one the device has, the
-// unclassified one without a hash.
+// RSS_CONFIG (and, read again, HASH_CONFIG) command data, the rest an
+// Ethernet frame. Invariants: an accepted config obeys every limit and
+// re-encodes (serialize_rss_config / _hash_config) to exactly its input
+// (HASH_CONFIG's reserved words aside: the encoder writes zeroes); the hash
+// input has the length and type its report names, of an enabled type, and
+// is the same from an exact-size copy of the frame's first kHashHeadBytes
+// and its length (what the device hashes); the selected queue is one the
+// device has, the unclassified one without a hash.
+#include <array>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "fuzz_support.h"
@@ -32,6 +38,18 @@ void check_config(const net::RssConfig& c, std::span<const uint8_t> data, uint16
     // The driver's encoder gives back exactly the bytes the device accepted.
     const std::vector<uint8_t> e = net::serialize_rss_config(c);
     check(e.size() == data.size() && std::memcmp(e.data(), data.data(), e.size()) == 0);
+}
+
+void check_hash_config(const net::HashConfig& c, std::span<const uint8_t> data) {
+    check((c.hash_types & ~net::kRssSupportedHashTypes) == 0);
+    check(c.key_len <= v::VIRTIO_NET_RSS_MAX_KEY_SIZE);
+    check(c.key_len > 0 || c.hash_types == 0);
+    for (std::size_t i = c.key_len; i < c.key.size(); ++i) check(c.key[i] == 0);
+    std::array<uint8_t, net::kHashConfigMaxBytes> e{};
+    const std::size_t n = net::serialize_hash_config(c, e);
+    check(n == data.size());
+    // reserved[4] (bytes 4..11) are written as zeroes; the rest as sent.
+    for (std::size_t i = 0; i < n; ++i) check(e[i] == (i >= 4 && i < 12 ? 0 : data[i]));
 }
 
 void check_input(const net::HashInput& in, uint32_t types) {
@@ -77,7 +95,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::vector<uint8_t> ctrl(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(cut));
     const std::vector<uint8_t> frame(rest.begin() + static_cast<std::ptrdiff_t>(cut), rest.end());
 
-    check_input(net::extract_hash_input(frame, types), types);
+    const net::HashInput whole = net::extract_hash_input(frame, types);
+    check_input(whole, types);
+    const std::span<const uint8_t> head_span = net::hash_head(frame);
+    const std::vector<uint8_t> head(head_span.begin(), head_span.end());
+    const net::HashInput from_head =
+        net::extract_hash_input(head, static_cast<uint32_t>(frame.size()), types);
+    check(from_head.hash_report == whole.hash_report && from_head.len == whole.len &&
+          std::memcmp(from_head.bytes.data(), whole.bytes.data(), whole.len) == 0);
+
+    if (const auto hc = net::parse_hash_config(ctrl)) {
+        check_hash_config(hc.value(), ctrl);
+        const net::RxSteering h = net::hash_frame(hc.value(), head, static_cast<uint32_t>(frame.size()));
+        check(h.queue == 0 && h.hash_report == net::extract_hash_input(frame, hc.value().hash_types).hash_report);
+        check(h.hash_report != pvnet::virtio::VIRTIO_NET_HASH_REPORT_NONE || h.hash == 0);
+    } else {
+        check(hc.error() < net::RssError::Count);
+    }
 
     const auto cfg = net::parse_rss_config(ctrl, pairs);
     if (!cfg) {

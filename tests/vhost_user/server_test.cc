@@ -106,7 +106,8 @@ void fresh_setup_works(Bed& b) {
 }
 
 // QEMU emulates the control queue: its features (CTRL_VQ, NOTF_COAL, RSS,
-// whose command would never reach the device) are not offered; MQ is, for
+// HASH_REPORT, whose commands would never reach the device) are not offered
+// (the device offers RSS and HASH_REPORT itself on two pairs); MQ is, for
 // a device of several pairs, and taken by the device without a control
 // queue: every pair in use.
 TEST(VhostUserSession, FeaturesOfferMqForSeveralPairsNeverTheControlQueuesOwn) {
@@ -126,7 +127,9 @@ TEST(VhostUserSession, FeaturesOfferMqForSeveralPairsNeverTheControlQueuesOwn) {
         EXPECT_EQ(f & feature_mask(virtio::VIRTIO_NET_F_CTRL_VQ), 0u);
         EXPECT_EQ(f & feature_mask(virtio::VIRTIO_NET_F_NOTF_COAL), 0u);
         EXPECT_EQ(f & feature_mask(virtio::VIRTIO_NET_F_RSS), 0u);
+        EXPECT_EQ(f & feature_mask(virtio::VIRTIO_NET_F_HASH_REPORT), 0u);
     }
+    EXPECT_NE((*dev2)->offered_features() & feature_mask(virtio::VIRTIO_NET_F_HASH_REPORT), 0u);
     EXPECT_NE(f2 & feature_mask(virtio::VIRTIO_NET_F_MQ), 0u);
     EXPECT_EQ(f1 & feature_mask(virtio::VIRTIO_NET_F_MQ), 0u);
     EXPECT_EQ((*dev2)->rx_steer().active_pairs(), 2);

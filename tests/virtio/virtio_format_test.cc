@@ -11,6 +11,7 @@
 #include <cstring>
 #include <set>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "pvnet/virtio/le.h"
@@ -220,6 +221,51 @@ TEST(NetWire, NetHdrByteImageIsLittleEndian) {
     EXPECT_EQ(raw_bytes(h), want);
 }
 
+TEST(NetWire, HashHdrIsTheNetHdrThenHashValueReportAndPadding) {
+    // 5.1.6 "struct virtio_net_hdr_v1_hash": 20 bytes, what Linux and QEMU send.
+    EXPECT_EQ(sizeof(virtio_net_hdr_v1_hash), 20u);
+    EXPECT_EQ(offsetof(virtio_net_hdr_v1_hash, hdr), 0u);
+    EXPECT_EQ(offsetof(virtio_net_hdr_v1_hash, hash_value), 12u);
+    EXPECT_EQ(offsetof(virtio_net_hdr_v1_hash, hash_report), 16u);
+    EXPECT_EQ(offsetof(virtio_net_hdr_v1_hash, padding_reserved), 18u);
+    EXPECT_EQ(kHashHdrExtraBytes, 8u);
+    virtio_net_hdr_v1_hash h{};
+    h.hdr.num_buffers.set(1);
+    h.hash_value.set(0x11223344);
+    h.hash_report.set(VIRTIO_NET_HASH_REPORT_TCPv6);
+    const std::array<uint8_t, 20> want = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0,
+                                          0x44, 0x33, 0x22, 0x11, 5, 0, 0, 0};
+    EXPECT_EQ(raw_bytes(h), want);
+}
+
+TEST(NetWire, HashReportAndHashTypeValuesMatchSpec) {
+    // "VIRTIO_NET_HASH_TYPE_XXX = 1 << (VIRTIO_NET_HASH_REPORT_XXX - 1)".
+    const std::pair<uint16_t, uint32_t> pairs[] = {
+        {VIRTIO_NET_HASH_REPORT_IPv4, VIRTIO_NET_RSS_HASH_TYPE_IPv4},
+        {VIRTIO_NET_HASH_REPORT_TCPv4, VIRTIO_NET_RSS_HASH_TYPE_TCPv4},
+        {VIRTIO_NET_HASH_REPORT_UDPv4, VIRTIO_NET_RSS_HASH_TYPE_UDPv4},
+        {VIRTIO_NET_HASH_REPORT_IPv6, VIRTIO_NET_RSS_HASH_TYPE_IPv6},
+        {VIRTIO_NET_HASH_REPORT_TCPv6, VIRTIO_NET_RSS_HASH_TYPE_TCPv6},
+        {VIRTIO_NET_HASH_REPORT_UDPv6, VIRTIO_NET_RSS_HASH_TYPE_UDPv6},
+        {VIRTIO_NET_HASH_REPORT_IPv6_EX, VIRTIO_NET_RSS_HASH_TYPE_IP_EX},
+        {VIRTIO_NET_HASH_REPORT_TCPv6_EX, VIRTIO_NET_RSS_HASH_TYPE_TCP_EX},
+        {VIRTIO_NET_HASH_REPORT_UDPv6_EX, VIRTIO_NET_RSS_HASH_TYPE_UDP_EX},
+    };
+    for (const auto& [report, type] : pairs) EXPECT_EQ(type, 1u << (report - 1)) << report;
+    EXPECT_EQ(VIRTIO_NET_HASH_REPORT_NONE, 0);
+    EXPECT_EQ(VIRTIO_NET_HASH_REPORT_UDPv6_EX, 9);
+}
+
+TEST(NetWire, HashConfigFixedFieldsMatchRssConfigLayout) {
+    // "Hash calculation": le32 hash_types; le16 reserved[4]; u8 hash_key_length,
+    // reserved standing where RSS_CONFIG has its mask .. max_tx_vq.
+    EXPECT_EQ(offsetof(virtio_net_hash_config, hash_types), 0u);
+    EXPECT_EQ(offsetof(virtio_net_hash_config, reserved), 4u);
+    EXPECT_EQ(offsetof(virtio_net_hash_config, hash_key_length), 12u);
+    EXPECT_EQ(kHashConfigFixedBytes, 13u);
+    EXPECT_EQ(VIRTIO_NET_CTRL_MQ_HASH_CONFIG, 2);
+}
+
 TEST(NetWire, NetHdrConstantsMatchSpec) {
     EXPECT_EQ(VIRTIO_NET_HDR_F_NEEDS_CSUM, 1);
     EXPECT_EQ(VIRTIO_NET_HDR_F_DATA_VALID, 2);
@@ -392,6 +438,7 @@ const std::vector<NamedFeature>& all_features() {
         PVNET_FEATURE(VIRTIO_NET_F_CTRL_RX, 18),
         PVNET_FEATURE(VIRTIO_NET_F_MQ, 22),
         PVNET_FEATURE(VIRTIO_NET_F_NOTF_COAL, 53),
+        PVNET_FEATURE(VIRTIO_NET_F_HASH_REPORT, 57),
         PVNET_FEATURE(VIRTIO_NET_F_RSS, 60),
     };
     return v;

@@ -4,9 +4,9 @@
 // data, then a device-writable ack byte. pvnet serves the multiqueue class
 // ("Automatic receive steering in multiqueue mode", "Receive-side scaling
 // (RSS)": VQ_PAIRS_SET with VIRTIO_NET_F_MQ, RSS_CONFIG with
-// VIRTIO_NET_F_RSS; HASH_CONFIG is not offered) and the notification
-// coalescing class (5.1.6.5.9, VIRTIO_NET_F_NOTF_COAL); anything else is
-// answered VIRTIO_NET_ERR.
+// VIRTIO_NET_F_RSS, HASH_CONFIG with VIRTIO_NET_F_HASH_REPORT and without
+// RSS) and the notification coalescing class (5.1.6.5.9,
+// VIRTIO_NET_F_NOTF_COAL); anything else is answered VIRTIO_NET_ERR.
 //
 // Hostile input by severity (STYLE.md §5): a bad command is answered ERR and
 // counted; a chain with no byte to ack into is returned used with length 0
@@ -38,10 +38,12 @@ enum class CtrlError : uint8_t {
     ShortHeader,    ///< readable part below the 2-byte virtio_net_ctrl_hdr
     UnknownClass,   ///< a class pvnet does not serve
     UnknownCmd,     ///< a command its class does not have
-    NotNegotiated,  ///< the command's feature (NOTF_COAL, MQ, RSS) is off
+    NotNegotiated,  ///< the command's feature (NOTF_COAL, MQ, RSS, HASH_REPORT) is off,
+                    ///< or HASH_CONFIG with RSS (whose parameters are RSS_CONFIG's)
     BadDataSize,    ///< command-specific data not exactly the command's struct
     OutOfRange,     ///< VQ_PAIRS_SET: virtqueue_pairs 0 or above max_virtqueue_pairs
     BadRss,         ///< RSS_CONFIG rejected by net::parse_rss_config (it says why)
+    BadHashConfig,  ///< HASH_CONFIG rejected by net::parse_hash_config (it says why)
     Count
 };
 
@@ -53,6 +55,7 @@ struct CtrlFeatures {
     bool mq = false;         ///< VIRTIO_NET_F_MQ
     bool rss = false;        ///< VIRTIO_NET_F_RSS
     uint16_t max_pairs = 1;  ///< max_virtqueue_pairs
+    bool hash_report = false;  ///< VIRTIO_NET_F_HASH_REPORT
 
     /// From a negotiated feature word and the device's pairs.
     static CtrlFeatures of(uint64_t features, uint16_t max_pairs) noexcept;
@@ -65,18 +68,20 @@ struct CtrlCommand {
         NotfCoalRxSet,  ///< VIRTIO_NET_CTRL_NOTF_COAL_RX_SET
         MqVqPairsSet,   ///< VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET
         MqRssConfig,    ///< VIRTIO_NET_CTRL_MQ_RSS_CONFIG
+        MqHashConfig,   ///< VIRTIO_NET_CTRL_MQ_HASH_CONFIG
     };
     Op op = Op::NotfCoalTxSet;
     notify::CoalesceParams coal;  ///< NotfCoal*: {*_max_packets, *_usecs}
     uint16_t pairs = 0;           ///< MqVqPairsSet: virtqueue_pairs, 1..max_pairs
     net::RssConfig rss;           ///< MqRssConfig: validated against max_pairs
+    net::HashConfig hash;         ///< MqHashConfig: validated
 };
 
 /// Parses the readable part of a control chain (any split across iovecs,
 /// VIRTIO_F_ANY_LAYOUT): each byte is copied once into a local and only the
 /// copy is checked and used. A command is known only with its feature in
-/// `f` (else NotNegotiated). On BadRss, `rss_why` (if given) gets
-/// parse_rss_config's reason.
+/// `f` (else NotNegotiated). On BadRss or BadHashConfig, `rss_why` (if
+/// given) gets parse_rss_config's or parse_hash_config's reason.
 Result<CtrlCommand, CtrlError> parse_ctrl_command(std::span<const iovec> readable,
                                                   const CtrlFeatures& f,
                                                   net::RssError* rss_why = nullptr) noexcept;
@@ -118,6 +123,8 @@ struct CtrlQueueStats {
     Counter mq_pairs_set;              ///< VQ_PAIRS_SET commands applied
     Counter rss_configs;               ///< RSS_CONFIG commands applied
     CounterArray<net::RssError> rss_rejected;  ///< RSS_CONFIG answered ERR (BadRss), by reason
+    Counter hash_configs;              ///< HASH_CONFIG commands applied
+    CounterArray<net::RssError> hash_config_rejected;  ///< ... ERR (BadHashConfig), by reason
     Counter runs;                      ///< handle() invocations
     Counter calls;                     ///< interrupts sent
     Counter calls_suppressed;          ///< the driver's EVENT_IDX/flags said no

@@ -16,6 +16,9 @@
 // worker's epoll until a run drains the port again (vhost_net_disable_vq /
 // vhost_net_enable_vq): a readable port the guest has no room for must not
 // spin the worker.
+//
+// With VIRTIO_NET_F_HASH_REPORT the port writes into the chain without the
+// hash fields, which report_hash (hash_report.cc) then fills in.
 #pragma once
 
 #include "pvnet/backend/vhost_net.h"
@@ -36,6 +39,7 @@ void VhostNet<P>::run_rx(Pair& p) noexcept {
     uint32_t delivered = 0;
     uint64_t bytes = 0;
     bool requeue = false;
+    const bool hash_report = hash_report_;  // hoisted: one register test per packet
     for (;;) {
         ring::PopStatus st = ring::PopStatus::Ok;
         uint32_t burst = 0;
@@ -60,7 +64,7 @@ void VhostNet<P>::run_rx(Pair& p) noexcept {
                     // Packet defect: an rx chain is device-writable only.
                     s.rx_drop_bad_chain.add();
                 } else {
-                    len = port.recv(c.writable());
+                    len = hash_report ? recv_hashed(p, c.writable()) : port.recv(c.writable());
                     if (len == 0) s.rx_drop_no_room.add();
                 }
                 (void)q.add_used(c.head, len);
@@ -124,7 +128,7 @@ ring::PopStatus VhostNet<P>::recv_mergeable(Pair& p, uint32_t& bytes, uint32_t& 
     bool exact = false;
     if constexpr (port::HasPeekLen<P>) {
         if (const uint32_t n = port.peek_len(); n != 0) {
-            need = n;
+            need = n + hdr_extra_;
             exact = true;
         }
     }
@@ -149,10 +153,20 @@ ring::PopStatus VhostNet<P>::recv_mergeable(Pair& p, uint32_t& bytes, uint32_t& 
         }
         p.stats.rx_short_recv.add();
     }
-    const uint32_t len = port.recv(std::span<const iovec>(p.rx_bufs->iov.data(), niov));
+    const std::span<const iovec> bufs(p.rx_bufs->iov.data(), niov);
+    const uint32_t len = hash_report_ ? recv_hashed(p, bufs) : port.recv(bufs);
     used = finish_mergeable(p, nheads, niov, len);
     bytes = len < kHdrBytes ? 0 : len;
     return st;
+}
+
+template <port::Port P>
+uint32_t VhostNet<P>::recv_hashed(Pair& p, std::span<const iovec> chain) noexcept {
+    CutIov& cut = *p.rx_cut;
+    const std::size_t n = cut_hash_fields(chain, cut);
+    // A chain shorter than the header: the port finds no room (a drop).
+    const uint32_t len = ports_[p.index]->recv(std::span<const iovec>(cut.data(), n));
+    return report_hash(p, chain, len);
 }
 
 }  // namespace pvnet::backend

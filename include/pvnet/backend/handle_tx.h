@@ -4,7 +4,9 @@
 // no room (SendResult::Retry, vhost's -EAGAIN) gets the chain back on the
 // ring (vhost_discard_vq_desc) and the run stops until the port is
 // writable. The worker and the direct path (process_tx_now) run this loop
-// under the pair's tx_mu.
+// under the pair's tx_mu. With VIRTIO_NET_F_HASH_REPORT the driver's header
+// is struct virtio_net_hdr_v1_hash: the port gets the chain without its hash
+// fields (the spec has the device ignore them on tx).
 #pragma once
 
 #include "pvnet/backend/vhost_net.h"
@@ -26,6 +28,8 @@ uint32_t VhostNet<P>::run_tx(Pair& p, bool direct) noexcept {
     uint64_t sent_bytes = 0;
     bool requeue = false;
     bool retry = false;
+    const bool hash_report = hash_report_;  // hoisted: one register test per packet
+    const uint32_t hdr_bytes = kHdrBytes + hdr_extra_;
     for (;;) {
         ring::PopStatus st = ring::PopStatus::Ok;
         uint32_t burst = 0;
@@ -34,10 +38,16 @@ uint32_t VhostNet<P>::run_tx(Pair& p, bool direct) noexcept {
             if (st != ring::PopStatus::Ok) break;
             // Packet defect: a tx chain is device-readable only and starts with
             // the virtio_net_hdr. Drop, count, return the chain used with 0.
-            if (c.in_num != 0 || c.out_bytes < kHdrBytes) {
+            if (c.in_num != 0 || c.out_bytes < hdr_bytes) {
                 s.tx_drop_bad_chain.add();
             } else {
-                const port::SendResult r = port.send(c.readable(), c.out_bytes);
+                std::span<const iovec> src = c.readable();
+                uint32_t len = c.out_bytes;
+                if (hash_report) {
+                    src = {p.tx_cut->data(), cut_hash_fields(src, *p.tx_cut)};
+                    len -= hdr_extra_;
+                }
+                const port::SendResult r = port.send(src, len);
                 if (r == port::SendResult::Retry) {
                     q.unpop(1);  // the same packet, offered again later
                     s.tx_retry.add();

@@ -79,8 +79,9 @@ inline constexpr uint32_t kMaxGsoPacketBytes = kHdrBytes + 18 + 40 + 65535;
 /// and 802.1Q headers.
 inline constexpr uint32_t kDefaultMaxFrameBytes = 1500 + 14 + 4;
 
-/// What the device implements; set_features() refuses anything else. MQ and
-/// RSS only on a device of more than one pair (offered_features()).
+/// What the device implements; set_features() refuses anything else. MQ,
+/// RSS and HASH_REPORT only on a device of more than one pair
+/// (offered_features()).
 inline constexpr uint64_t kVhostNetFeatures = [] {
     using namespace virtio;
     uint64_t f = 0;
@@ -91,7 +92,7 @@ inline constexpr uint64_t kVhostNetFeatures = [] {
           VIRTIO_NET_F_GUEST_ECN, VIRTIO_NET_F_GUEST_UFO, VIRTIO_NET_F_HOST_TSO4,
           VIRTIO_NET_F_HOST_TSO6, VIRTIO_NET_F_HOST_ECN, VIRTIO_NET_F_HOST_UFO,
           VIRTIO_NET_F_MRG_RXBUF, VIRTIO_NET_F_CTRL_VQ, VIRTIO_NET_F_NOTF_COAL, VIRTIO_NET_F_MQ,
-          VIRTIO_NET_F_RSS}) {
+          VIRTIO_NET_F_RSS, VIRTIO_NET_F_HASH_REPORT}) {
         f |= feature_mask(b);
     }
     return f;
@@ -180,10 +181,12 @@ public:
     uint16_t max_pairs() const noexcept { return static_cast<uint16_t>(pairs_.size()); }
     /// 2 per pair and the control queue.
     uint16_t num_vrings() const noexcept { return static_cast<uint16_t>(ctrl_vring(max_pairs()) + 1); }
-    /// The options' offer, without MQ and RSS on a one-pair device.
+    /// The options' offer, without MQ, RSS and HASH_REPORT on a one-pair
+    /// device (HASH_REPORT goes where RSS goes: the hash is steering's).
     uint64_t offered_features() const noexcept {
         constexpr uint64_t kMulti = virtio::feature_mask(virtio::VIRTIO_NET_F_MQ) |
-                                    virtio::feature_mask(virtio::VIRTIO_NET_F_RSS);
+                                    virtio::feature_mask(virtio::VIRTIO_NET_F_RSS) |
+                                    virtio::feature_mask(virtio::VIRTIO_NET_F_HASH_REPORT);
         return max_pairs() > 1 ? opt_.offered_features : opt_.offered_features & ~kMulti;
     }
     uint64_t features() const noexcept { return features_; }
@@ -191,8 +194,11 @@ public:
     // ---- control plane (any thread) -------------------------------------
 
     /// The negotiated feature word; every vring stopped. Refuses bits not
-    /// offered, and RSS without CTRL_VQ (the spec's dependency: its command
-    /// needs the control queue). Sets the pairs in use to their default.
+    /// offered, and RSS or HASH_REPORT without CTRL_VQ (their commands need
+    /// the control queue). Sets the pairs in use to their default. With
+    /// HASH_REPORT the header is struct virtio_net_hdr_v1_hash both ways;
+    /// the ports still see struct virtio_net_hdr (kHdrBytes): the device
+    /// leaves the hash fields out of what it hands them.
     Status<DeviceError> set_features(uint64_t features) noexcept;
     /// The backend's view of guest memory (outlives its use); every vring stopped.
     Status<DeviceError> set_mem_table(const mem::MemoryTable* table) noexcept;
@@ -285,6 +291,8 @@ public:
     static constexpr uint32_t kRxWork = 2;
 
 protected:
+    /// A chain's pieces without the hash fields (cut_hash_fields).
+    using CutIov = std::array<iovec, ring::kMaxIov + 1>;
     /// Mergeable rx: the chains (head, bytes) and pieces one packet fills.
     struct RxBufs {
         std::array<ring::UsedElem, ring::kMaxIov> heads;
@@ -319,6 +327,8 @@ protected:
         std::unique_ptr<ring::DescChain> rx_chain;
         std::unique_ptr<ring::DescChain> tx_chain;
         std::unique_ptr<RxBufs> rx_bufs;  ///< mergeable rx only
+        std::unique_ptr<CutIov> rx_cut;   ///< HASH_REPORT only: the worker's
+        std::unique_ptr<CutIov> tx_cut;   ///< HASH_REPORT only: under tx_mu
         PortFds port;
         /// hdr + the largest frame the port can hand over without GSO.
         uint32_t rx_max_frame = kHdrBytes + kDefaultMaxFrameBytes;
@@ -368,8 +378,21 @@ protected:
     void wait_port_writable(Pair& p) noexcept;
     /// Hdr+frame bytes mergeable rx gathers for a packet of unknown length.
     uint32_t rx_need_bytes(const Pair& p) const noexcept {
-        return rx_gso_ ? kMaxGsoPacketBytes : p.rx_max_frame;
+        return (rx_gso_ ? kMaxGsoPacketBytes : p.rx_max_frame) + hdr_extra_;
     }
+    /// HASH_REPORT: `chain` (a guest buffer, virtio_net_hdr_v1_hash first)
+    /// as the port sees it, without the hash fields, into `out`. The pieces,
+    /// or 0 if the chain is shorter than the header (the port then has no
+    /// room: a drop).
+    static std::size_t cut_hash_fields(std::span<const iovec> chain, CutIov& out) noexcept;
+    /// HASH_REPORT, after the port wrote `port_len` bytes (virtio_net_hdr and
+    /// frame) into the cut of `chain`: hashes a copy of the frame's head as
+    /// the steering does (rx_steer().steer, arrival `p`) and writes
+    /// hash_value and hash_report (NONE when nothing was hashed) into the
+    /// chain. Returns the chain's length: port_len + the hash fields, or
+    /// port_len below a header (nothing written).
+    uint32_t report_hash(const Pair& p, std::span<const iovec> chain,
+                         uint32_t port_len) const noexcept;
     /// get_rx_bufs: pops single-buffer chains until they hold `need` bytes or
     /// kMaxIov pieces. Ok: gathered (nheads chains, niov pieces, `room`
     /// bytes; room < need when the ring ran dry first or, `at_iov_limit`,
@@ -392,6 +415,8 @@ protected:
     const VhostNetOptions opt_;
     bool mergeable_rx_ = false;  ///< VIRTIO_NET_F_MRG_RXBUF (hoisted from features_)
     bool rx_gso_ = false;        ///< GUEST_TSO4/6 or GUEST_UFO: 64 KiB frames may arrive
+    bool hash_report_ = false;   ///< VIRTIO_NET_F_HASH_REPORT: virtio_net_hdr_v1_hash
+    uint32_t hdr_extra_ = 0;     ///< the hash fields' bytes with HASH_REPORT, else 0
     uint16_t rx_active_pairs_ = 1;  ///< rx_steer_'s active_pairs(), the worker's copy
 
 private:
@@ -452,7 +477,8 @@ private:
     VringBase stop_locked(uint16_t i) noexcept;
     void stop_data_vring(Pair& p, Vring& v, bool is_tx) noexcept;
     void hoist_features() noexcept;
-    /// Features refused whatever the vrings: not offered, or RSS without CTRL_VQ.
+    /// Features refused whatever the vrings: not offered, or RSS or
+    /// HASH_REPORT without CTRL_VQ.
     bool features_ok(uint64_t features) const noexcept;
     /// rx_steer_'s pairs in use changed: rx of the pairs now out of use
     /// stops (their port fds unwatched), of those now in use resumes.

@@ -2,7 +2,10 @@
 // receive steering in multiqueue mode", "Receive-side scaling (RSS)"): how
 // many queue pairs the driver uses (VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET)
 // and, once it sent VIRTIO_NET_CTRL_MQ_RSS_CONFIG, the RSS configuration
-// that picks a received frame's queue.
+// that picks a received frame's queue; with VIRTIO_NET_F_HASH_REPORT and
+// without RSS, the VIRTIO_NET_CTRL_MQ_HASH_CONFIG that has frames hashed
+// (for the report) but not steered ("Hash calculation for incoming packets":
+// with RSS negotiated the hash parameters are RSS_CONFIG's, else HASH_CONFIG's).
 //
 // Threads. The control side (the device's worker applying control commands,
 // its control plane on feature negotiation and reset) writes, serialised by
@@ -39,14 +42,22 @@ public:
     /// Queue pairs in use (the rx queues the device may fill).
     uint16_t active_pairs() const noexcept;
     bool rss_enabled() const noexcept;
+    /// Frames are hashed: RSS or a HASH_CONFIG is in force.
+    bool hashing_enabled() const noexcept;
 
     /// Where a frame (Ethernet, no virtio_net_hdr) goes: with RSS,
     /// net::select_rx_queue's pick, taken modulo active_pairs() when the
     /// guest's table names a pair beyond max_tx_vq (QEMU's
     /// `index % curr_queue_pairs`); without, `arrival` (the pair whose port
     /// received it) if below active_pairs(), else arrival % active_pairs().
-    /// Wait-free, no allocation; any thread.
+    /// The hash and hash_report are RSS's, else HASH_CONFIG's (net::hash_frame),
+    /// else none. Wait-free, no allocation; any thread.
     net::RxSteering steer(std::span<const uint8_t> frame, uint16_t arrival = 0) const noexcept;
+    /// The same from the frame's first bytes and its length (at least
+    /// min(frame_len, net::kHashHeadBytes) of them): what the device has of
+    /// a frame its port wrote into guest memory.
+    net::RxSteering steer(std::span<const uint8_t> head, uint32_t frame_len,
+                          uint16_t arrival) const noexcept;
 
     // ---- control side, serialised by the caller ----------------------------
 
@@ -54,15 +65,23 @@ public:
     /// virtio_net_handle_mq disables RSS for it).
     void set_active_pairs(uint16_t n) noexcept;
     /// RSS_CONFIG (validated by net::parse_rss_config against max_pairs):
-    /// RSS on, max_tx_vq pairs active (QEMU's curr_queue_pairs).
+    /// RSS on, max_tx_vq pairs active (QEMU's curr_queue_pairs), any
+    /// HASH_CONFIG replaced (RSS's parameters are the hash's).
     void set_rss(const net::RssConfig& c) noexcept;
-    /// Device reset / feature negotiation: no RSS, `active` pairs (clamped).
+    /// HASH_CONFIG (validated by net::parse_hash_config): frames hashed with
+    /// `c`, the pairs in use and RSS as they were (the device takes it only
+    /// without VIRTIO_NET_F_RSS, so there is no RSS). VQ_PAIRS_SET leaves it:
+    /// the spec ties the hash parameters to no other command (QEMU drops it).
+    void set_hash_config(const net::HashConfig& c) noexcept;
+    /// Device reset / feature negotiation: no RSS, no hashing, `active`
+    /// pairs (clamped).
     void reset(uint16_t active) noexcept;
 
 private:
     struct State {
         uint16_t active_pairs = 1;
         std::optional<net::RssConfig> rss;
+        std::optional<net::HashConfig> hash;  ///< HASH_CONFIG's, never with rss
     };
     /// A reader's hold on the current snapshot (enter/leave its counter).
     class Hold;
@@ -70,7 +89,8 @@ private:
     uint16_t clamp_pairs(uint16_t n) const noexcept;
     /// Writes `s` into the spare slot, publishes it, then waits out the
     /// readers that may still see the old one (which becomes the spare).
-    void publish(uint16_t active, const std::optional<net::RssConfig>& rss) noexcept;
+    void publish(uint16_t active, const std::optional<net::RssConfig>& rss,
+                 const std::optional<net::HashConfig>& hash) noexcept;
 
     const uint16_t max_pairs_;
     State slots_[2];

@@ -66,6 +66,9 @@ private:
     /// no buffers at all).
     ring::PopStatus recv_mergeable(Pair& p, uint32_t& bytes, uint32_t& used,
                                    uint16_t& given_back) noexcept;
+    /// HASH_REPORT: the port receives into `chain` without the hash fields,
+    /// which are then filled in. The chain's length (report_hash's).
+    uint32_t recv_hashed(Pair& p, std::span<const iovec> chain) noexcept;
 
     std::vector<P*> ports_;
 };

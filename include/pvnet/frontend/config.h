@@ -6,6 +6,7 @@
 
 #include "pvnet/notify/event_fd.h"
 #include "pvnet/util/counters.h"
+#include "pvnet/virtio/virtio_net.h"
 
 namespace pvnet::frontend {
 
@@ -13,7 +14,8 @@ namespace pvnet::frontend {
 inline constexpr uint32_t kNapiBudget = 64;
 
 /// The largest packet, header included: a 64 KiB GSO frame (802.1Q
-/// Ethernet, IPv6 header, 65,535 bytes of payload) behind virtio_net_hdr.
+/// Ethernet, IPv6 header, 65,535 bytes of payload) behind virtio_net_hdr
+/// (hash_report's virtio_net_hdr_v1_hash adds 8 bytes).
 inline constexpr uint32_t kMaxPacketBytes = 12 + 18 + 40 + 65535;
 
 enum class FrontendError : uint8_t {
@@ -64,6 +66,16 @@ struct VirtioNetConfig {
     bool ctrl_vq = false;       ///< VIRTIO_NET_F_CTRL_VQ: lay out a control virtqueue
     uint16_t ctrl_size = 64;    ///< its ring size (>= 4: a command takes 3 descriptors)
     uint32_t ctrl_timeout_us = 1'000'000;  ///< how long a command waits for its ack
+    /// VIRTIO_NET_F_HASH_REPORT: every packet's header, rx and tx, is struct
+    /// virtio_net_hdr_v1_hash (hdr_bytes()), and a received packet carries
+    /// the device's hash (RxPiece). Needs ctrl_vq (set_hash_config).
+    bool hash_report = false;
+
+    /// The header in front of every frame, in both directions.
+    uint32_t hdr_bytes() const noexcept {
+        return hash_report ? sizeof(virtio::virtio_net_hdr_v1_hash)
+                           : sizeof(virtio::virtio_net_hdr);
+    }
 };
 
 using VirtioNetFds = notify::QueuePairFds;
@@ -75,6 +87,7 @@ struct VirtioNetStats {
     Counter rx_length_errors;      ///< mergeable: num_buffers 0, too many, or buffers missing
     Counter rx_merged_pkts;        ///< mergeable: packets that spanned several buffers
     Counter rx_drop_multi_buf;     ///< such a packet reached poll_rx (single-buffer API)
+    Counter rx_hash_report_unknown;  ///< hash_report not a VIRTIO_NET_HASH_REPORT_*: taken as NONE
     Counter napi_polls;
     Counter napi_budget_exhausted;
     Counter rx_kicks, tx_kicks;    ///< doorbells written

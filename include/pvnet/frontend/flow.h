@@ -72,6 +72,12 @@ public:
     /// read by XPS's rxqs map; an application sees it as SO_INCOMING_NAPI_ID).
     void record_rx_queue(uint16_t q) noexcept { rx_queue_ = q; }
     std::optional<uint16_t> rx_queue() const noexcept { return rx_queue_; }
+    /// The hash the device reported for this flow's last received packet
+    /// (VIRTIO_NET_F_HASH_REPORT, RxPiece::hash_value of a type other than
+    /// NONE; sk_rxhash, saved by sock_rps_save_rxhash): the flow hash to
+    /// hand XPS (VirtioNet::pick_tx), so tx and rx agree on the flow.
+    void record_rxhash(uint32_t hash) noexcept { rxhash_ = hash; }
+    std::optional<uint32_t> rxhash() const noexcept { return rxhash_; }
 
 private:
     uint32_t sndbuf_bytes_;
@@ -82,6 +88,7 @@ private:
     uint64_t stall_start_ns_ = 0;
     FlowStats stats_;
     std::optional<uint16_t> rx_queue_;
+    std::optional<uint32_t> rxhash_;
 };
 
 }  // namespace pvnet::frontend

@@ -11,6 +11,11 @@
 //
 // With clean_tx_at_rx the poll first reaps the pair's SendQueue
 // (virtnet_poll_cleantx).
+//
+// With hash_report (VIRTIO_NET_F_HASH_REPORT) the header is struct
+// virtio_net_hdr_v1_hash; the hash and its type are read once from it,
+// checked (virtio_net_hash_value / hash_report in Linux's receive_buf) and
+// handed over with the packet's first piece.
 #pragma once
 
 #include <cstddef>
@@ -29,11 +34,17 @@
 
 namespace pvnet::frontend {
 
-/// One buffer of a received packet; the first starts with the virtio_net_hdr.
+/// One buffer of a received packet; the first starts with the virtio_net_hdr
+/// (hdr_bytes() of it).
 struct RxPiece {
     uint32_t buf_id = 0;
     std::byte* host = nullptr;
     uint32_t len = 0;  ///< bytes the device wrote (checked against the buffer)
+    /// The first piece, with hash_report: the device's hash of the packet
+    /// (0 unless hash_report is set) and its VIRTIO_NET_HASH_REPORT_* type,
+    /// validated (an unknown type reads as NONE, counted). NONE otherwise.
+    uint32_t hash_value = 0;
+    uint16_t hash_report = virtio::VIRTIO_NET_HASH_REPORT_NONE;
 };
 
 class ReceiveQueue {
@@ -110,6 +121,9 @@ private:
     /// The busy-poll loop shared by busy_poll_rx and busy_poll_rx_packets.
     template <typename Sink>
     uint32_t busy_poll(uint32_t budget, Sink& sink, uint32_t usecs) noexcept;
+    /// The hash fields of a packet's first buffer (longer than the header),
+    /// read once and checked, into `first`.
+    void read_hash(RxPiece& first) noexcept;
     /// receive_mergeable: rx_pieces_[0] is a packet's first buffer; reads its
     /// num_buffers and reaps the rest. The piece count, or 0 if dropped
     /// (counted, buffers freed). Adds the bytes to `len`.
@@ -122,6 +136,8 @@ private:
     VirtioNetStats& stats_;
     SendQueue* clean_tx_;  ///< virtnet_poll_cleantx's send queue, or null
     bool mergeable_rx_;
+    bool hash_report_;
+    uint32_t hdr_bytes_;  ///< VirtioNetConfig::hdr_bytes()
     uint32_t busy_poll_usecs_;
     std::vector<RxPiece> rx_pieces_;  ///< one packet's buffers: rx_size (mergeable) or 1
 };
@@ -136,12 +152,13 @@ uint32_t ReceiveQueue::receive(uint32_t budget, Sink& sink) noexcept {
         const auto id = static_cast<uint32_t>(u.token);
         ++done;
         // Rule (virtio_net receive_buf): shorter than the header is a defect.
-        if (u.len <= 12) {
+        if (u.len <= hdr_bytes_) {
             stats_.rx_drop_bad_len.add();
             pool_.free(id);
             continue;
         }
         pieces[0] = RxPiece{id, pool_.host(id), u.len};
+        if (hash_report_) read_hash(pieces[0]);
         std::size_t n = 1;
         uint64_t len = u.len;
         if (mergeable_rx_) {

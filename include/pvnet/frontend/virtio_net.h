@@ -13,7 +13,7 @@
 // points its receive queue at its send queue (virtnet_poll_cleantx).
 //
 // With ctrl_vq, the device also has a control virtqueue (VIRTIO 1.2
-// 5.1.6.5): set_coalesce, set_queue_pairs and set_rss send
+// 5.1.6.5): set_coalesce, set_queue_pairs, set_rss and set_hash_config send
 // VIRTIO_NET_CTRL_NOTF_COAL / VIRTIO_NET_CTRL_MQ commands on it one at a time
 // and wait, bounded, for the device's ack, as Linux's virtnet_send_command
 // does (without its unbounded spin).
@@ -199,6 +199,13 @@ public:
     /// ethtool -X: VIRTIO_NET_CTRL_MQ_RSS_CONFIG (the device then uses
     /// cfg.max_tx_vq pairs). Needs VIRTIO_NET_F_RSS.
     Status<FrontendError> set_rss(const net::RssConfig& cfg) noexcept;
+    /// ethtool -K rxhash on without RSS: VIRTIO_NET_CTRL_MQ_HASH_CONFIG (the
+    /// device reports hashes of `cfg`'s types, steers nothing). Needs
+    /// VIRTIO_NET_F_HASH_REPORT without VIRTIO_NET_F_RSS (with RSS, set_rss
+    /// sets the hash too), as Linux's virtnet_commit_rss_command chooses.
+    Status<FrontendError> set_hash_config(const net::HashConfig& cfg) noexcept;
+    /// Every packet's header bytes (VirtioNetConfig::hdr_bytes()).
+    uint32_t hdr_bytes() const noexcept { return hdr_bytes_; }
 
 private:
     /// Control ring plus one page for the command (hdr, data, ack).
@@ -213,6 +220,7 @@ private:
     std::vector<std::unique_ptr<QueuePair>> pairs_;
     std::unique_ptr<Xps> xps_;
     uint32_t ctrl_timeout_us_ = 0;
+    uint32_t hdr_bytes_ = sizeof(virtio::virtio_net_hdr);
     notify::QueueFds ctrl_fds_;
     ring::SplitRingAddrs ctrl_addrs_;
     std::unique_ptr<ring::SplitDriverQueue> ctrl_;

@@ -2,7 +2,8 @@
 // incoming packets" and 5.1.6.5.5 "Automatic receive steering in multiqueue
 // mode"): the Toeplitz hash, the hash input taken from a
 // received Ethernet frame, the guest's VIRTIO_NET_CTRL_MQ_RSS_CONFIG command,
-// and the rx queue that config picks for a frame.
+// and the rx queue that config picks for a frame; for VIRTIO_NET_F_HASH_REPORT
+// without RSS, the guest's VIRTIO_NET_CTRL_MQ_HASH_CONFIG and the hash alone.
 //
 // Supported hash types: IPv4, TCPv4, UDPv4, IPv6, TCPv6, UDPv6. The _EX types
 // (addresses from IPv6 home-address / routing headers) are not offered. Both
@@ -46,6 +47,21 @@ struct HashInput {
     std::span<const uint8_t> span() const noexcept { return {bytes.data(), len}; }
 };
 
+/// The bytes of a frame the hash input is looked for in. Every header the
+/// parser reads lies in them, so the input of a frame depends only on its
+/// first kHashHeadBytes and its length: the device hashes a copy of that
+/// much of a frame its port wrote into guest memory (VIRTIO_NET_F_HASH_REPORT)
+/// and gets what a steering of the whole frame got. An L4 header that IPv6
+/// extension headers push past them is not found (the addresses are hashed).
+inline constexpr uint32_t kHashHeadBytes = 256;
+/// A whole frame as the (head, frame_len) the functions below take.
+inline std::span<const uint8_t> hash_head(std::span<const uint8_t> frame) noexcept {
+    return frame.first(frame.size() < kHashHeadBytes ? frame.size() : kHashHeadBytes);
+}
+inline uint32_t hash_frame_len(std::span<const uint8_t> frame) noexcept {
+    return frame.size() < UINT32_MAX ? static_cast<uint32_t>(frame.size()) : UINT32_MAX;
+}
+
 /// Picks the hash input of an Ethernet `frame` (without the virtio_net_hdr)
 /// under the enabled `hash_types`, by the spec's rules: TCP if enabled and
 /// the packet has a TCP header, else UDP likewise, else IP if enabled, else
@@ -54,8 +70,14 @@ struct HashInput {
 /// (a fragment header, AH, ESP or an unknown header ends at IP). A frame cut
 /// short of its IP header or of the IP length it claims gets no hash.
 HashInput extract_hash_input(std::span<const uint8_t> frame, uint32_t hash_types) noexcept;
+/// The same from the frame's first bytes `head` (at least
+/// min(frame_len, kHashHeadBytes) of them) and its length `frame_len`.
+HashInput extract_hash_input(std::span<const uint8_t> head, uint32_t frame_len,
+                             uint32_t hash_types) noexcept;
 
-/// Why the device rejects a VIRTIO_NET_CTRL_MQ_RSS_CONFIG (acked VIRTIO_NET_ERR).
+/// Why the device rejects a VIRTIO_NET_CTRL_MQ_RSS_CONFIG or _HASH_CONFIG
+/// (acked VIRTIO_NET_ERR); HASH_CONFIG has no table, so only DataTooShort,
+/// TrailingBytes, UnsupportedHashType, KeyTooLong and KeyMissing apply.
 enum class RssError : uint8_t {
     DataTooShort,              ///< ends inside the fixed fields, the table or the key
     TrailingBytes,             ///< bytes after hash_key_data
@@ -106,6 +128,29 @@ std::vector<uint8_t> serialize_rss_config(const RssConfig& cfg);
 std::size_t serialize_rss_config(const RssConfig& cfg,
                                  std::span<uint8_t, kRssConfigMaxBytes> out) noexcept;
 
+/// A validated VIRTIO_NET_CTRL_MQ_HASH_CONFIG (VIRTIO_NET_F_HASH_REPORT
+/// without VIRTIO_NET_F_RSS): what to hash and with which key, no steering.
+struct HashConfig {
+    uint32_t hash_types = 0;
+    std::array<uint8_t, virtio::VIRTIO_NET_RSS_MAX_KEY_SIZE> key{};  ///< zero past key_len
+    uint8_t key_len = 0;
+};
+
+/// The longest valid struct virtio_net_hash_config (a 40-byte key).
+inline constexpr std::size_t kHashConfigMaxBytes =
+    virtio::kHashConfigFixedBytes + virtio::VIRTIO_NET_RSS_MAX_KEY_SIZE;
+
+/// Parses the command-specific data of VIRTIO_NET_CTRL_MQ_HASH_CONFIG (struct
+/// virtio_net_hash_config: le32 hash_types; le16 reserved[4]; u8
+/// hash_key_length; u8 hash_key_data[hash_key_length]), exactly that long.
+/// `reserved` is not checked: the spec asks the driver for zeroes, and Linux
+/// drivers before 6.5 send max_tx_vq there (the RSS_CONFIG layout they share).
+Result<HashConfig, RssError> parse_hash_config(std::span<const uint8_t> ctrl_data) noexcept;
+/// The driver's side: `cfg` as struct virtio_net_hash_config into `out`
+/// (reserved zero), without allocating; returns the bytes written.
+std::size_t serialize_hash_config(const HashConfig& cfg,
+                                  std::span<uint8_t, kHashConfigMaxBytes> out) noexcept;
+
 /// Where a received frame goes, and what VIRTIO_NET_F_HASH_REPORT reports.
 struct RxSteering {
     uint16_t queue = 0;
@@ -116,5 +161,12 @@ struct RxSteering {
 /// The spec's destination rule: no hash, unclassified_queue; else
 /// table[hash & (table_len - 1)].
 RxSteering select_rx_queue(const RssConfig& cfg, std::span<const uint8_t> frame) noexcept;
+/// The same from the frame's head and length (extract_hash_input's).
+RxSteering select_rx_queue(const RssConfig& cfg, std::span<const uint8_t> head,
+                           uint32_t frame_len) noexcept;
+/// The hash alone ("Hash calculation for incoming packets" under
+/// HASH_CONFIG): queue 0, hash and hash_report (NONE: not calculated).
+RxSteering hash_frame(const HashConfig& cfg, std::span<const uint8_t> head,
+                      uint32_t frame_len) noexcept;
 
 }  // namespace pvnet::net

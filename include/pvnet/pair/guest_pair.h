@@ -26,8 +26,8 @@ public:
     /// The feature word the driver's configuration amounts to: VERSION_1,
     /// EVENT_IDX, INDIRECT_DESC, MRG_RXBUF, CTRL_VQ with NOTF_COAL (and, for
     /// more than one pair, MQ and RSS: the device then starts on pair 0
-    /// until set_queue_pairs or set_rss), as the guest set them, plus
-    /// `offloads` (the relay's CSUM/TSO bits).
+    /// until set_queue_pairs or set_rss), HASH_REPORT with hash_report, as
+    /// the guest set them, plus `offloads` (the relay's CSUM/TSO bits).
     uint64_t features(uint64_t offloads = 0) const noexcept;
     /// The backend's description of the device this driver drives.
     backend::DeviceSetup device_setup(uint64_t offloads = 0) const;

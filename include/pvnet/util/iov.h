@@ -61,4 +61,30 @@ inline bool copy_to_iov(std::span<const iovec> dst, std::size_t offset,
                             });
 }
 
+/// Writes into `out` the pieces of `src` without the `n` bytes that start
+/// `at` bytes in: a piece they fall inside is split in two, one they cover
+/// whole is left out, empty pieces are dropped. Returns the pieces written,
+/// or 0 if `src` holds fewer than at + n bytes or `out` is too small
+/// (src.size() + 1 pieces always suffice).
+inline std::size_t iov_cut(std::span<const iovec> src, std::size_t at, std::size_t n,
+                           std::span<iovec> out) noexcept {
+    std::size_t k = 0;
+    std::size_t off = 0;  // bytes of src before the current piece
+    const std::size_t gap_end = at + n;
+    for (const iovec& v : src) {
+        auto* base = static_cast<std::byte*>(v.iov_base);
+        const std::size_t end = off + v.iov_len;
+        // The parts of [off, end) before `at` and from gap_end on.
+        const std::size_t keep[2][2] = {{off, std::min(end, at)},
+                                        {std::max(off, gap_end), end}};
+        for (const auto& r : keep) {
+            if (r[0] >= r[1]) continue;
+            if (k == out.size()) return 0;
+            out[k++] = iovec{base + (r[0] - off), r[1] - r[0]};
+        }
+        off = end;
+    }
+    return off >= gap_end ? k : 0;
+}
+
 }  // namespace pvnet

@@ -37,6 +37,7 @@ inline constexpr unsigned VIRTIO_NET_F_CTRL_VQ = 17;
 inline constexpr unsigned VIRTIO_NET_F_CTRL_RX = 18;
 inline constexpr unsigned VIRTIO_NET_F_MQ = 22;
 inline constexpr unsigned VIRTIO_NET_F_NOTF_COAL = 53;
+inline constexpr unsigned VIRTIO_NET_F_HASH_REPORT = 57;
 inline constexpr unsigned VIRTIO_NET_F_RSS = 60;
 
 // Device status (VIRTIO 1.2 §2.1).

@@ -39,15 +39,21 @@ static_assert(offsetof(virtio_net_hdr, hdr_len) == 2 && offsetof(virtio_net_hdr,
               offsetof(virtio_net_hdr, num_buffers) == 10);
 
 /// With VIRTIO_NET_F_HASH_REPORT the header grows by the hash and its type
-/// (5.1.6 "struct virtio_net_hdr_v1_hash").
+/// (5.1.6 "struct virtio_net_hdr_v1_hash"), in both directions: the device
+/// fills the two fields on rx; on tx the driver's are ignored.
 struct virtio_net_hdr_v1_hash {
     virtio_net_hdr hdr;
     Le32 hash_value;
     Le16 hash_report;
     Le16 padding_reserved;
 };
-static_assert(sizeof(virtio_net_hdr_v1_hash) == 20 &&
-              offsetof(virtio_net_hdr_v1_hash, hash_report) == 16);
+static_assert(sizeof(virtio_net_hdr_v1_hash) == 20);
+static_assert(offsetof(virtio_net_hdr_v1_hash, hash_value) == 12 &&
+              offsetof(virtio_net_hdr_v1_hash, hash_report) == 16 &&
+              offsetof(virtio_net_hdr_v1_hash, padding_reserved) == 18);
+/// The bytes VIRTIO_NET_F_HASH_REPORT adds after struct virtio_net_hdr.
+inline constexpr uint32_t kHashHdrExtraBytes =
+    sizeof(virtio_net_hdr_v1_hash) - sizeof(virtio_net_hdr);
 
 /// hash_report values ("Hash reporting for incoming packets").
 inline constexpr uint16_t VIRTIO_NET_HASH_REPORT_NONE = 0;
@@ -119,6 +125,20 @@ struct virtio_net_ctrl_mq {
     Le16 virtqueue_pairs;
 };
 static_assert(sizeof(virtio_net_ctrl_mq) == 2);
+
+/// VIRTIO_NET_CTRL_MQ_HASH_CONFIG's fixed fields ("Hash calculation"):
+/// hash_key_data[hash_key_length] follows. reserved matches the layout of
+/// virtio_net_rss_config's indirection_table_mask .. max_tx_vq.
+struct virtio_net_hash_config {
+    Le32 hash_types;
+    Le16 reserved[4];
+    uint8_t hash_key_length;
+};
+static_assert(offsetof(virtio_net_hash_config, reserved) == 4 &&
+              offsetof(virtio_net_hash_config, hash_key_length) == 12);
+/// The fixed fields' wire length (sizeof pads the struct to Le32's alignment).
+inline constexpr std::size_t kHashConfigFixedBytes =
+    offsetof(virtio_net_hash_config, hash_key_length) + 1;
 
 /// Linux's limits for the key and the indirection table (the spec asks the
 /// device for at least these, rss_max_key_size / rss_max_indirection_table_length).
