@@ -427,7 +427,9 @@ def summary(d):
                          f"{fmt(m('default', 'p50_us'), 0)} → {fmt(m('symmetric', 'p50_us'), 0)} µs")
         rows.append(["[003](docs/seed-003-xps.md) XPS by rx queue", "; ".join(parts)])
     except (KeyError, FileNotFoundError, ValueError):
-        rows.append(["[003](docs/seed-003-xps.md) XPS by rx queue", "see its page"])
+        rows.append(["[003](docs/seed-003-xps.md) XPS by rx queue",
+                     "default XPS against symmetric queues, in process and through the relay: "
+                     "see its page"])
     rows.append(["004 persistent grants", "not built yet (issue 13)"])
     return table(["seed", "headline, from the last `make bench`"], rows) + \
         f"\n<sub>Data: `{d.rel}/` (every file records its commit, command line and machine).</sub>\n"
