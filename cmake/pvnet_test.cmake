@@ -14,6 +14,18 @@ include(GoogleTest)
 
 add_custom_target(pvnet_threads_tests)
 
+# gtest.h (and the standard headers most tests include) parsed once per build tree: every
+# test executable reuses this target's precompiled header (REUSE_FROM), which is valid
+# because all of them are compiled with the same flags (the tree's; tests add only include
+# directories and definitions that the precompiled headers do not use). -Winvalid-pch on the
+# users: a header left unused because the flags drifted apart is an error under -Werror, not
+# a silent slowdown.
+add_library(pvnet_test_pch OBJECT ${CMAKE_CURRENT_LIST_DIR}/pvnet_test_pch.cc)
+target_link_libraries(pvnet_test_pch PRIVATE GTest::gtest)
+target_precompile_headers(pvnet_test_pch PRIVATE
+  <gtest/gtest.h> <algorithm> <array> <atomic> <chrono> <cstdint> <cstring> <memory>
+  <optional> <span> <string> <thread> <vector>)
+
 function(pvnet_add_test)
   cmake_parse_arguments(PARSE_ARGV 0 ARG "" "NAME" "SOURCES;LIBS;LABELS")
   if(NOT ARG_NAME OR NOT ARG_SOURCES)
@@ -28,6 +40,8 @@ function(pvnet_add_test)
                                             Threads::Threads)
   # Tests may include helpers that sit beside them (e.g. tests/ring/ring_builder.h).
   target_include_directories(${ARG_NAME} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+  target_precompile_headers(${ARG_NAME} REUSE_FROM pvnet_test_pch)
+  target_compile_options(${ARG_NAME} PRIVATE -Winvalid-pch)
 
   gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60 TEST_LIST ${ARG_NAME}_TESTS)
   if("threads" IN_LIST ARG_LABELS)
