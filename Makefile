@@ -76,9 +76,11 @@ release: deps
 	CXX=g++ cmake -S . -B $(RELEASE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(RELEASE_DIR) -j$(JOBS)
 
+# What ctest runs (target pvnet_tests: the test and replay binaries, pvnet), not the
+# benchmark tools, which the release tree builds.
 asan: deps
 	CXX=g++ cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPVNET_SANITIZE=ON
-	cmake --build $(ASAN_DIR) -j$(JOBS)
+	cmake --build $(ASAN_DIR) -j$(JOBS) --target pvnet_tests
 
 # ThreadSanitizer for every test that starts threads: the test binaries labelled
 # `threads` (pvnet_add_test(... LABELS threads), tests/*/CMakeLists.txt) are the

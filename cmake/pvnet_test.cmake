@@ -5,6 +5,8 @@
 # counts cases, not binaries. LABELS (e.g. `slow`, `netns`) let make and ctest select
 # tests: the ASan run in `make test` excludes `slow`.
 #
+# Every test binary is a dependency of the target pvnet_tests (what ctest needs built).
+#
 # Label `threads`: the binary starts threads (its own, a backend worker, a relay, netns
 # helpers) or runs a process that does. Such binaries are also dependencies of the
 # target pvnet_threads_tests, which `make tsan` builds in the TSan tree;
@@ -13,6 +15,9 @@ include_guard(GLOBAL)
 include(GoogleTest)
 
 add_custom_target(pvnet_threads_tests)
+# Everything ctest runs in a tree (test and replay executables, the pvnet binary): what the
+# ASan tree builds in `make asan`, which has no use for the benchmark tools.
+add_custom_target(pvnet_tests)
 
 # Release trees build the libraries and the app as shipped (-O3) and the test drivers at -O2:
 # gtest bodies cost twice the CPU at -O3 (split_device_test.cc 20.7 -> 10.4 s user), and what
@@ -50,6 +55,7 @@ function(pvnet_add_test)
   target_compile_options(${ARG_NAME} PRIVATE -Winvalid-pch ${pvnet_test_opt})
 
   gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60 TEST_LIST ${ARG_NAME}_TESTS)
+  add_dependencies(pvnet_tests ${ARG_NAME})
   if("threads" IN_LIST ARG_LABELS)
     add_dependencies(pvnet_threads_tests ${ARG_NAME})
   endif()
