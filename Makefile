@@ -1,7 +1,8 @@
 # pvnet — developer and CI entry points. See README.md.
 #
-#   make            release + asan + fuzz builds (the default goal, `build`)
-#   make test       deps, all builds, ctest (release, asan), fuzz each target
+#   make            release + asan + fuzz builds (the default goal, `build`; the ASan tree
+#                   builds only what its ctest runs: target pvnet_tests)
+#   make test       deps, all builds (+ tsan), ctest (release, asan, tsan), fuzz each target
 #   make run        deps, release build, then $(RUN_CMD)
 #   make deps       install missing Debian packages (no-op when all present)
 #   make bench      every experiment the docs show into results/<date>-<commit>/, docs re-rendered
