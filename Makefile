@@ -1,7 +1,8 @@
 # pvnet — developer and CI entry points. See README.md.
 #
-#   make            release + asan + fuzz builds (the default goal, `build`)
-#   make test       deps, all builds, ctest (release, asan), fuzz each target
+#   make            release + asan + fuzz builds (the default goal, `build`; the ASan tree
+#                   builds only what its ctest runs: target pvnet_tests)
+#   make test       deps, all builds (+ tsan), ctest (release, asan, tsan), fuzz each target
 #   make run        deps, release build, then $(RUN_CMD)
 #   make deps       install missing Debian packages (no-op when all present)
 #   make bench      every experiment the docs show into results/<date>-<commit>/, docs re-rendered
@@ -76,9 +77,11 @@ release: deps
 	CXX=g++ cmake -S . -B $(RELEASE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(RELEASE_DIR) -j$(JOBS)
 
+# What ctest runs (target pvnet_tests: the test and replay binaries, pvnet), not the
+# benchmark tools, which the release tree builds.
 asan: deps
 	CXX=g++ cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPVNET_SANITIZE=ON
-	cmake --build $(ASAN_DIR) -j$(JOBS)
+	cmake --build $(ASAN_DIR) -j$(JOBS) --target pvnet_tests
 
 # ThreadSanitizer for every test that starts threads: the test binaries labelled
 # `threads` (pvnet_add_test(... LABELS threads), tests/*/CMakeLists.txt) are the
