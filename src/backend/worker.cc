@@ -90,8 +90,9 @@ bool NetDevice::process_tx_now(uint16_t pair) noexcept {
 void NetDevice::watch_port_rx(Pair& p, bool on) noexcept {
     if (p.port_want_rx == on) return;
     p.port_want_rx = on;
-    if (!on && p.port.rx_fd >= 0) p.stats.rx_port_unwatched.add();
     sync_port_watch(p);
+    // As port_hangup: counted after the watch changed.
+    if (!on && p.port.rx_fd >= 0) p.stats.rx_port_unwatched.add();
 }
 
 void NetDevice::wait_port_writable(Pair& p) noexcept {
@@ -129,11 +130,13 @@ void NetDevice::sync_port_watch(Pair& p) noexcept {
 void NetDevice::port_hangup(Pair& p) noexcept {
     if (p.port_dead) return;
     p.port_dead = true;
+    p.tx_wait_writable = false;
+    sync_port_watch(p);
+    // Counted once the fd is out of the wait: a reader that sees the count
+    // sees the port unwatched (hostile_guest_test checks exactly that).
     count(dstats_.port_hangups);
     std::fprintf(stderr, "pvnet backend: pair %u: port fd reported an error or hang-up; "
                  "no longer watched\n", unsigned{p.index});
-    p.tx_wait_writable = false;
-    sync_port_watch(p);
 }
 
 void NetDevice::on_event(Worker& w, uint32_t t, uint32_t events) noexcept {

@@ -4,6 +4,7 @@
 // port (a flow), run `rounds` round trips each. Bounded by `deadline`.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -95,6 +96,20 @@ inline Result<std::vector<uint32_t>, std::string> run_udp_round_trips(
     echo.join();
     close_all();
     return answered;
+}
+
+/// run_udp_round_trips, 30 s at most, expecting every flow to complete all
+/// its rounds; call it inside ASSERT_NO_FATAL_FAILURE.
+inline void expect_udp_round_trips(const std::string& server_ns, std::array<uint8_t, 4> server_ip,
+                                   uint16_t port, const std::string& client_ns, unsigned flows,
+                                   uint32_t rounds) {
+    const auto answered =
+        run_udp_round_trips(server_ns, server_ip, port, client_ns, flows, rounds,
+                            std::chrono::steady_clock::now() + std::chrono::seconds(30));
+    ASSERT_TRUE(answered.has_value()) << answered.error();
+    for (unsigned i = 0; i < flows; ++i) {
+        EXPECT_EQ((*answered)[i], rounds) << "flow " << i << ": round trips answered";
+    }
 }
 
 }  // namespace pvnet::bench
