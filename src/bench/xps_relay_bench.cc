@@ -37,17 +37,6 @@ Result<uint64_t, std::string> ctxt_switches() {
     return unexpected(std::string("/proc/stat has no ctxt line"));
 }
 
-/// The relay's final counters line, or an error with its output's tail.
-Result<std::string, std::string> final_line(const std::string& out) {
-    const std::size_t at = out.rfind("final ");
-    if (at == std::string::npos) return unexpected("the relay printed no final line: " + out);
-    const std::size_t end = out.find('\n', at);
-    // A leading space: key_value finds " key=" for the first key too.
-    std::string line(1, ' ');
-    line.append(out, at + 6, end == std::string::npos ? std::string::npos : end - at - 6);
-    return line;
-}
-
 /// The client's JSON result (udp-rr client --json) into `res`.
 Status<std::string> read_client(const std::string& path, XpsBenchResult& res, double window_s) {
     std::ifstream in(path);
@@ -223,9 +212,9 @@ XpsBenchResult run_xps_relay_bench(const XpsBenchConfig& cfg, const std::string&
             res.error = st.error();
             return res;
         }
-        auto line = final_line(relay_out);
+        const auto line = lab::counters_line(relay_out, "final");
         if (!line) {
-            res.error = line.error();
+            res.error = "the relay printed no final line: " + relay_out;
             return res;
         }
         if (auto rs = read_relay(*line, cfg.queue_pairs, res); !rs) {

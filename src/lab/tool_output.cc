@@ -214,6 +214,20 @@ Result<PingReport, std::string> parse_ping(std::string_view text) {
     return r;
 }
 
+std::optional<std::string> counters_line(std::string_view text, std::string_view tag) {
+    std::string head(tag);
+    head.push_back(' ');
+    std::size_t at = text.rfind(head);
+    // Only at the start of a line.
+    while (at != std::string_view::npos && at != 0 && text[at - 1] != '\n') {
+        at = text.rfind(head, at - 1);
+    }
+    if (at == std::string_view::npos) return std::nullopt;
+    const std::size_t from = at + tag.size();
+    const std::size_t end = text.find('\n', from);
+    return std::string(text.substr(from, end == std::string_view::npos ? end : end - from));
+}
+
 std::optional<uint64_t> key_value(std::string_view text, std::string_view key) {
     std::string needle = " ";
     needle.append(key).push_back('=');

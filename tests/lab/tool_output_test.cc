@@ -185,5 +185,14 @@ TEST(ParseIperf3, RejectsTruncatedAndGarbledJson) {
     }
 }
 
+TEST(CountersLine, TheLastLineWithTheTagFromItsSpaceOn) {
+    const std::string out = "ready\nstats a=1 b=2\nxfinal c=9\nfinal a=3 b=4\nq0 final d=5\n";
+    EXPECT_EQ(counters_line(out, "final"), std::optional<std::string>(" a=3 b=4"));
+    EXPECT_EQ(key_value(*counters_line(out, "final"), "a"), std::optional<uint64_t>(3));
+    EXPECT_EQ(counters_line(out, "stats"), std::optional<std::string>(" a=1 b=2"));
+    EXPECT_FALSE(counters_line("ready\nxfinal a=1", "final").has_value());
+    EXPECT_EQ(counters_line("final a=1", "final"), std::optional<std::string>(" a=1"));
+}
+
 }  // namespace
 }  // namespace pvnet::lab

@@ -17,22 +17,28 @@ inline std::optional<uint64_t> counter(const std::string& out, const std::string
     return lab::key_value(out, key);
 }
 
+/// The relay's final counters line (lab::counters_line), "" if there is none.
+inline std::string final_line(const std::string& out) {
+    return lab::counters_line(out, "final").value_or("");
+}
+
+/// `key`'s value on `line`; a test failure, and 0, when it is missing.
+inline uint64_t expect_counter(const std::string& line, const std::string& key) {
+    const auto v = counter(line, key);
+    EXPECT_TRUE(v.has_value()) << key << " missing: " << line;
+    return v.value_or(0);
+}
+
 /// After a run: frames in = frames out + drops by reason, per direction,
 /// from the relay's final line (DESIGN.md: a packet is never lost silently).
 inline void expect_frames_accounted(const std::string& out, bool plain) {
-    const std::size_t at = out.rfind("final ");
-    ASSERT_NE(at, std::string::npos) << "no final line: " << out;
-    std::string line(1, ' ');
-    line.append(out, at + 6, std::string::npos);
-    const auto get = [&](const char* k) {
-        const auto v = counter(line, k);
-        EXPECT_TRUE(v.has_value()) << k << " missing: " << line;
-        return v.value_or(0);
-    };
+    const std::string line = final_line(out);
+    ASSERT_FALSE(line.empty()) << "no final line: " << out;
+    const auto get = [&](const std::string& k) { return expect_counter(line, k); };
     if (plain) {
         for (const char* d : {"g2h", "h2g"}) {
             const std::string p = d;
-            const auto g = [&](const char* k) { return get((p + k).c_str()); };
+            const auto g = [&](const char* k) { return get(p + k); };
             EXPECT_EQ(g("_reads"), g("_frames") + g("_write_eagain") + g("_write_errors") +
                                        g("_write_short") + g("_read_truncated"))
                 << d << ": " << line;

@@ -44,17 +44,11 @@ TEST(RelayQueues, UdpFlowsCrossBothQueuesBothWays) {
 
     const std::string out = (*bed)->stop_relay();
     expect_frames_accounted(out, false);
-    const std::size_t at = out.rfind("final ");
-    ASSERT_NE(at, std::string::npos) << "no final line: " << out;
-    std::string line(1, ' ');
-    line.append(out, at + 6, std::string::npos);
+    const std::string line = final_line(out);
+    ASSERT_FALSE(line.empty()) << "no final line: " << out;
     // One queue's counter: "q<i>_" and the total's name.
     const auto queue_key = [](const char* q, const char* k) { return std::string(q).append(k); };
-    const auto get = [&](const std::string& k) {
-        const auto val = counter(line, k);
-        EXPECT_TRUE(val.has_value()) << k << " missing: " << line;
-        return val.value_or(0);
-    };
+    const auto get = [&](const std::string& k) { return expect_counter(line, k); };
     EXPECT_FALSE(counter(line, "q2_g2h_frames").has_value()) << "two queues only: " << line;
     // Each queue of each tap was read from, and each pair carried frames
     // both ways: tun spread the flows, the relay kept queue i with pair i.

@@ -77,15 +77,9 @@ TEST_P(RelayXps, AnswersLeaveOnThePairXpsPicks) {
     }
     const std::string out = (*bed)->stop_relay();
     expect_frames_accounted(out, false);
-    const std::size_t at = out.rfind("final ");
-    ASSERT_NE(at, std::string::npos) << "no final line: " << out;
-    std::string line(1, ' ');
-    line.append(out, at + 6, std::string::npos);
-    const auto get = [&](const std::string& k) {
-        const auto val = counter(line, k);
-        EXPECT_TRUE(val.has_value()) << k << " missing: " << line;
-        return val.value_or(0);
-    };
+    const std::string line = final_line(out);
+    ASSERT_FALSE(line.empty()) << "no final line: " << out;
+    const auto get = [&](const std::string& k) { return expect_counter(line, k); };
     // Every frame read from tap A got one pick, on one tx queue.
     uint64_t picks = 0, on_queues = 0, mismatch = 0, by_rxqs = 0, by_cpus = 0, copied = 0;
     for (const std::string t : {"t0_", "t1_"}) {

@@ -43,6 +43,11 @@ struct PingReport {
 };
 Result<PingReport, std::string> parse_ping(std::string_view text);
 
+/// The last line of `text` that starts with `tag` and a space (pvnet's
+/// "final" or "stats" counter lines), from that space on: every key on it
+/// then reads " key=", as key_value looks for. nullopt if there is none.
+std::optional<std::string> counters_line(std::string_view text, std::string_view tag);
+
 /// The value of ` key=` in pvnet's key=value counter lines (its last
 /// occurrence in `text`); nullopt when absent or not a number.
 std::optional<uint64_t> key_value(std::string_view text, std::string_view key);
