@@ -88,13 +88,43 @@ TEST(FlowRxQueueTable, RemembersTheLastQueueOfAFlow) {
     EXPECT_FALSE(t.lookup(0).has_value());
 }
 
-TEST(FlowRxQueueTable, ABucketHoldsOneFlowAndTheOtherIsNotFound) {
+TEST(FlowRxQueueTable, FlowsSharingASetAllStayUntilItIsFull) {
     FlowRxQueueTable t;
-    const uint32_t a = 0x00010005, b = a + FlowRxQueueTable::kBuckets;  // the same bucket
-    t.record(a, 1);
-    t.record(b, 2);
-    EXPECT_EQ(t.lookup(b), std::optional<uint16_t>(2));
-    EXPECT_FALSE(t.lookup(a).has_value()) << "an evicted flow must not get another's queue";
+    constexpr uint32_t kStride = FlowRxQueueTable::kSets;  // same set, other flows
+    const uint32_t base = 0x00010005;
+    for (uint32_t i = 0; i < FlowRxQueueTable::kWays; ++i) {
+        t.record_at(base + i * kStride, static_cast<uint16_t>(i), 10);
+    }
+    for (uint32_t i = 0; i < FlowRxQueueTable::kWays; ++i) {
+        EXPECT_EQ(t.lookup(base + i * kStride), std::optional<uint16_t>(i)) << "way " << i;
+    }
+    EXPECT_FALSE(t.lookup(base + FlowRxQueueTable::kWays * kStride).has_value());
+}
+
+TEST(FlowRxQueueTable, AFullSetEvictsTheFlowLeastRecentlySeen) {
+    FlowRxQueueTable t;
+    constexpr uint32_t kStride = FlowRxQueueTable::kSets;
+    const uint32_t base = 0x00020007;
+    for (uint32_t i = 0; i < FlowRxQueueTable::kWays; ++i) {
+        t.record_at(base + i * kStride, 1, static_cast<uint16_t>(100 + i));
+    }
+    // Flow 0 is seen again (refreshed): flow 1 is now the oldest.
+    t.record_at(base, 2, 200);
+    const uint32_t newcomer = base + FlowRxQueueTable::kWays * kStride;
+    t.record_at(newcomer, 3, 201);
+    EXPECT_EQ(t.lookup(newcomer), std::optional<uint16_t>(3));
+    EXPECT_EQ(t.lookup(base), std::optional<uint16_t>(2));
+    EXPECT_FALSE(t.lookup(base + kStride).has_value())
+        << "the evicted flow must not get another's queue";
+    EXPECT_EQ(t.lookup(base + 2 * kStride), std::optional<uint16_t>(1));
+    // Age is modulo 2^16 ticks: across the wrap, the oldest still goes.
+    FlowRxQueueTable w;
+    for (uint32_t i = 0; i < FlowRxQueueTable::kWays; ++i) {
+        w.record_at(base + i * kStride, 1, static_cast<uint16_t>(0xfffe + i));  // fffe, ffff, 0, 1
+    }
+    w.record_at(newcomer, 0, 2);
+    EXPECT_FALSE(w.lookup(base).has_value()) << "tick 0xfffe is the oldest at tick 2";
+    EXPECT_TRUE(w.lookup(base + kStride).has_value());
 }
 
 TEST(FlowRxQueueTable, ReadersSeeWholeEntriesWhileWritersUpdate) {
