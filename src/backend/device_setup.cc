@@ -267,6 +267,7 @@ Status<DeviceError> NetDevice::start_locked(uint16_t i) noexcept {
     qc.addrs = v->setup.addrs;
     qc.features = features_;
     qc.last_avail_idx = ring::RingIdx(v->setup.base.last_avail_idx);
+    qc.buffers = v->setup.buffers;
     auto q = ring::SplitDeviceQueue::create(*mem_, qc);
     if (!q) {
         v->error = q.error();

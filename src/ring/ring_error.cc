@@ -25,6 +25,7 @@ std::string_view to_string(RingError e) noexcept {
         case RingError::ChainOver4GiB: return "descriptor chain longer than 4 GiB";
         case RingError::ReadableAfterWritable: return "readable descriptor after writable";
         case RingError::TooManyIovs: return "descriptor chain maps to too many pieces";
+        case RingError::BufferRefused: return "buffer access refused a descriptor (bad grant)";
         case RingError::UsedIdxJump: return "used idx moved past the buffers in flight";
         case RingError::UsedIdOutOfRange: return "used id out of range";
         case RingError::UsedIdNotInflight: return "used id not in flight";

@@ -58,6 +58,7 @@ Result<std::unique_ptr<SplitDeviceQueue>, RingError> SplitDeviceQueue::create(
 SplitDeviceQueue::SplitDeviceQueue(const mem::MemoryTable& table, const DeviceQueueConfig& cfg,
                                    const SplitRingPtrs& ptrs)
     : table_(table),
+      buffers_(cfg.buffers),
       ptrs_(ptrs),
       // Hoisted from the feature word once; the data path tests bools.
       event_idx_(virtio::has_feature(cfg.features, virtio::VIRTIO_RING_F_EVENT_IDX)),
@@ -67,7 +68,12 @@ SplitDeviceQueue::SplitDeviceQueue(const mem::MemoryTable& table, const DeviceQu
       inflight_in_bytes_(new (std::nothrow) uint32_t[ptrs.size]),
       popped_heads_(new (std::nothrow) uint16_t[ptrs.size]) {}
 
+SplitDeviceQueue::~SplitDeviceQueue() {
+    if (buffers_ != nullptr) buffers_->unmap_all();
+}
+
 void SplitDeviceQueue::reset() noexcept {
+    if (buffers_ != nullptr) buffers_->unmap_all();
     last_avail_idx_ = RingIdx(0);
     shadow_avail_idx_ = RingIdx(0);
     used_idx_ = RingIdx(0);
@@ -122,7 +128,10 @@ PopStatus SplitDeviceQueue::pop(DescChain& chain) noexcept {
     if (head >= ptrs_.size) return fail(RingError::HeadOutOfRange);
     // Rule: a head is not made available again before it was used.
     if (inflight(head)) return fail(RingError::HeadInflight);
-    if (!walk_chain(head, chain)) return PopStatus::Broken;
+    if (!walk_chain(head, chain)) {
+        if (buffers_ != nullptr) buffers_->unmap(head, 0);  // what the walk mapped
+        return PopStatus::Broken;
+    }
 
     inflight_bits_[head / 64] |= uint64_t{1} << (head % 64);
     inflight_in_bytes_[head] = chain.in_bytes;
@@ -132,7 +141,7 @@ PopStatus SplitDeviceQueue::pop(DescChain& chain) noexcept {
     return PopStatus::Ok;
 }
 
-bool SplitDeviceQueue::append_desc(uint64_t gpa, uint32_t len, bool writable, DescChain& chain,
+bool SplitDeviceQueue::append_desc(uint16_t head, uint64_t gpa, uint32_t len, bool writable, DescChain& chain,
                                    uint64_t& total) noexcept {
     // Rule: a data descriptor carries data (QEMU: "zero sized buffers are not allowed").
     if (len == 0) return reject(RingError::ZeroLength);
@@ -146,7 +155,14 @@ bool SplitDeviceQueue::append_desc(uint64_t gpa, uint32_t len, bool writable, De
     const mem::Access access = writable ? mem::Access::Write : mem::Access::Read;
     uint16_t n;
     const uint64_t off = gpa - hot_region_.gpa.value;
-    if (gpa >= hot_region_.gpa.value && off < hot_region_.size_bytes &&
+    if (buffers_ != nullptr) {
+        // A grant: the access validates it and says where its bytes are.
+        if (used >= kMaxIov) return reject(RingError::TooManyIovs);
+        if (!buffers_->map(head, gpa, len, writable, chain.iov[used])) {
+            return reject(RingError::BufferRefused);
+        }
+        n = 1;
+    } else if (gpa >= hot_region_.gpa.value && off < hot_region_.size_bytes &&
         len <= hot_region_.size_bytes - off && mem::allows(hot_region_.access, access) &&
         used < kMaxIov) [[likely]] {
         // Wholly inside the cached region, which was validated when added
@@ -214,7 +230,7 @@ bool SplitDeviceQueue::walk_chain(uint16_t head, DescChain& chain) noexcept {
         }
 
         if (++count > ptrs_.size) return reject(RingError::ChainTooLong);
-        if (!append_desc(d.addr.get(), len, (flags & virtio::VIRTQ_DESC_F_WRITE) != 0, chain,
+        if (!append_desc(head, d.addr.get(), len, (flags & virtio::VIRTQ_DESC_F_WRITE) != 0, chain,
                          total)) {
             return false;
         }
@@ -232,6 +248,7 @@ void SplitDeviceQueue::unpop(uint16_t n) noexcept {
         const uint16_t head = popped_heads_[idx.slot(ptrs_.size)];
         if (!PVNET_ASSERT(head < ptrs_.size && inflight(head))) return;
         inflight_bits_[head / 64] &= ~(uint64_t{1} << (head % 64));
+        if (buffers_ != nullptr) buffers_->unmap(head, 0);
         last_avail_idx_ = idx;
     }
 }
@@ -248,6 +265,7 @@ Status<RingError> SplitDeviceQueue::add_used(uint16_t id, uint32_t len) noexcept
         return unexpected(RingError::PushLenTooLong);
     }
     inflight_bits_[id / 64] &= ~(uint64_t{1} << (id % 64));
+    if (buffers_ != nullptr) buffers_->unmap(id, len);
     virtq_used_elem e{};
     e.id.set(id);
     e.len.set(len);

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "pvnet/mem/buffer_access.h"
 #include "pvnet/mem/memory_table.h"
 #include "pvnet/notify/event_fd.h"
 #include "pvnet/ring/split_ring.h"
@@ -46,6 +47,9 @@ struct VringSetup {
     const notify::EventFd* call = nullptr;  ///< device → driver; null: no interrupts
     const notify::EventFd* err = nullptr;   ///< signalled once when the ring breaks
     bool enabled = true;                    ///< vhost-user SET_VRING_ENABLE
+    /// Grants: how descriptors' buffers are reached (the memory table then
+    /// holds only the rings). Null: buffers are guest addresses in the table.
+    mem::BufferAccess* buffers = nullptr;
 };
 
 /// A whole device: what start() of every enabled vring needs.

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 
+#include "pvnet/mem/buffer_access.h"
 #include "pvnet/mem/memory_table.h"
 #include "pvnet/ring/ring_error.h"
 #include "pvnet/ring/ring_idx.h"
@@ -64,6 +65,10 @@ struct DeviceQueueConfig {
     /// ring (vhost_vq_init_access), so a restart continues where the last
     /// publish left it.
     RingIdx last_avail_idx;
+    /// Null: buffer addresses are guest addresses, translated by the memory
+    /// table. Otherwise this maps each data descriptor (a grant) and is told
+    /// when its chain is used; it must outlive the queue.
+    mem::BufferAccess* buffers = nullptr;
 };
 
 struct DeviceQueueStats {
@@ -85,6 +90,8 @@ public:
     /// (distance(last_avail_idx, avail.idx) <= size).
     static Result<std::unique_ptr<SplitDeviceQueue>, RingError> create(
         const mem::MemoryTable& table, const DeviceQueueConfig& cfg) noexcept;
+    /// Chains still held go back to the buffer access, unwritten.
+    ~SplitDeviceQueue();
 
     /// Pops the next available chain into `chain`, validated: every iovec
     /// lies inside mapped memory with the access its direction needs.
@@ -156,13 +163,14 @@ private:
     /// re-reads avail.idx. False if the queue broke.
     bool rearm_notify(RingIdx event) noexcept;
     bool walk_chain(uint16_t head, DescChain& chain) noexcept;
-    bool append_desc(uint64_t gpa, uint32_t len, bool writable, DescChain& chain,
+    bool append_desc(uint16_t head, uint64_t gpa, uint32_t len, bool writable, DescChain& chain,
                      uint64_t& total) noexcept;
     bool inflight(uint16_t id) const noexcept {
         return (inflight_bits_[id / 64] >> (id % 64)) & 1u;
     }
 
     const mem::MemoryTable& table_;
+    mem::BufferAccess* buffers_;
     /// Last region a buffer fell in wholly (a one-entry TLB): most buffers
     /// skip the table walk. Owned by the queue's thread; the table must not
     /// change under a live queue (the control plane resets the queue first).

@@ -33,6 +33,7 @@ enum class RingError : uint8_t {
     ChainOver4GiB,         ///< total chain length above 2^32 - 1
     ReadableAfterWritable, ///< device-readable descriptor after a writable one
     TooManyIovs,           ///< chain needs more than kMaxIov host pieces
+    BufferRefused,         ///< the buffer access refused a descriptor (a bad grant: it counts why)
     // Driver side: the device broke a ring rule.
     UsedIdxJump,           ///< used.idx moved past what is in flight
     UsedIdOutOfRange,      ///< used elem id >= queue size
