@@ -1,0 +1,34 @@
+// A fresh directory under /tmp for one test, removed with everything in it
+// when the guard goes out of scope (a failed ASSERT included).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace pvnet::grant::test {
+
+class TempDir {
+public:
+    TempDir() {
+        char name[] = "/tmp/pvnet-grant-XXXXXX";
+        if (::mkdtemp(name) != nullptr) path_ = name;
+    }
+    ~TempDir() {
+        if (path_.empty()) return;
+        std::error_code ec;
+        std::filesystem::remove_all(path_, ec);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+
+    bool ok() const { return !path_.empty(); }
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
+
+}  // namespace pvnet::grant::test
