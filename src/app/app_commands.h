@@ -20,6 +20,8 @@ void add_bench_xps(CLI::App& bench);
 void add_relay_command(CLI::App& app);
 /// `pvnet serve`.
 void add_serve_command(CLI::App& app);
+/// `pvnet grant-back` and `pvnet grant-front`.
+void add_grant_commands(CLI::App& app);
 /// `pvnet udp-rr server` and `pvnet udp-rr client`.
 void add_udp_rr_command(CLI::App& app);
 

@@ -47,6 +47,7 @@ int run(int argc, char** argv) {
     add_relay_command(app);
     add_serve_command(app);
     add_udp_rr_command(app);
+    add_grant_commands(app);
 
     try {
         app.parse(argc, argv);

@@ -185,7 +185,9 @@ PersistentGrantPool::PersistentGrantPool(const GrantSource& src, uint16_t ring_s
       entries_(ring_size),
       entry_of_ref_(src.refs->size(), kNone) {}
 
-PersistentGrantPool::~PersistentGrantPool() {
+PersistentGrantPool::~PersistentGrantPool() { release_all(); }
+
+void PersistentGrantPool::release_all() noexcept {
     unmap_all();
     for (uint32_t e = 0; e < entries_.size(); ++e) drop(e);
 }

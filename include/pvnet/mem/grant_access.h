@@ -78,6 +78,9 @@ public:
     const GrantAccessStats& stats() const noexcept { return stats_; }
     void unmap(uint16_t head, uint32_t written) noexcept override;
     void unmap_all() noexcept override;
+    /// The device is gone: every chain finished and every grant kept
+    /// (a persistent pool's) unmapped and released.
+    virtual void release_all() noexcept { unmap_all(); }
 
 protected:
     GrantAccess(const GrantSource& src, uint16_t ring_size);
@@ -139,6 +142,7 @@ public:
     bool map(uint16_t head, uint64_t addr, uint32_t len, bool writable,
              iovec& out) noexcept override;
     uint32_t mapped() const noexcept { return mapped_; }
+    void release_all() noexcept override;
 
 private:
     struct Entry {
