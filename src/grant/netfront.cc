@@ -342,7 +342,7 @@ Result<PhaseResult, std::string> Netfront::run(Direction dir, uint64_t max_frame
             ring::UsedBuf u;
             bool got = false;
             bool reposted = false;
-            while (m.rxq->get_used(u)) {
+            while (sink.stats().sink_pkts < max_frames && m.rxq->get_used(u)) {
                 got = true;
                 if (u.len < kHdr) {
                     ++m.r.sink_bad;
