@@ -16,6 +16,8 @@ void add_bench_relay(CLI::App& bench);
 /// `pvnet bench vhost-user`.
 void add_bench_vhost_user(CLI::App& bench);
 void add_bench_xps(CLI::App& bench);
+/// `pvnet bench grants`.
+void add_bench_grants(CLI::App& bench);
 /// `pvnet relay`.
 void add_relay_command(CLI::App& app);
 /// `pvnet serve`.

@@ -44,6 +44,7 @@ int run(int argc, char** argv) {
     add_bench_relay(*bench);
     add_bench_vhost_user(*bench);
     add_bench_xps(*bench);
+    add_bench_grants(*bench);
     add_relay_command(app);
     add_serve_command(app);
     add_udp_rr_command(app);
