@@ -69,6 +69,11 @@ run xps bench xps --json "$out/xps.json" \
 run xps-relay bench xps --transport relay --json "$out/xps-relay.json" \
     ::full --threads 4,8 --repeat 3 --seconds 1 ::quick --threads 4 --rates 20000 "${q1[@]}"
 
+# Seed 004: 1-4 guest processes against one grant backend, map / copy /
+# persistent grants, tx then rx.
+run grants bench grants --json "$out/grants.json" --plot "$out/grants.png" \
+    ::full --repeat 3 --seconds 2 ::quick --repeat 1 --seconds 0.3 --guests 1,2
+
 # DPDK's virtio-user against testpmd's vhost and pvnet serve (poll, event).
 run vhost-user bench vhost-user --json "$out/vhost-user.json" \
     ::full --repeat 5 ::quick --repeat 1 --seconds 0.3 --warmup 0.3 --frame-bytes 64 --queue-sizes 256

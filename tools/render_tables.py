@@ -430,7 +430,18 @@ def summary(d):
         rows.append(["[003](docs/seed-003-xps.md) XPS by rx queue",
                      "default XPS against symmetric queues, in process and through the relay: "
                      "see its page"])
-    rows.append(["004 persistent grants", "not built yet (issue 13)"])
+    try:
+        by = grants_cells(d.json("grants"))
+
+        def s(g, v):
+            return med([r["sum"] for r in by.get(("tx", g, v), [])])
+        rows.append(["[004](docs/seed-004-grants.md) persistent grants",
+                     f"tx, 1 guest: persistent {fmt(s(1, 'persistent'), 0)} Mbit/s against copy "
+                     f"{fmt(s(1, 'copy'), 0)} and map {fmt(s(1, 'map'), 0)}; 4 guests: "
+                     f"{fmt(s(4, 'persistent'), 0)} / {fmt(s(4, 'copy'), 0)} / {fmt(s(4, 'map'), 0)}"])
+    except (KeyError, FileNotFoundError):
+        rows.append(["[004](docs/seed-004-grants.md) persistent grants",
+                     "map, copy and persistent grants, 1–4 guest processes: see its page"])
     return table(["seed", "headline, from the last `make bench`"], rows) + \
         f"\n<sub>Data: `{d.rel}/` (every file records its commit, command line and machine).</sub>\n"
 
@@ -531,6 +542,78 @@ def xps(d, name="xps"):
             + "\n".join(out) + d.source(name))
 
 
+# ---- seed 004: grants ---------------------------------------------------------
+
+def grants_cells(j):
+    by = {}
+    for c in j["cells"]:
+        by[(c["direction"], c["guests"], c["variant"])] = [r for r in c.get("runs", [])
+                                                           if not r.get("error")]
+    return by
+
+
+def grants(d):
+    j = d.json("grants")
+    by = grants_cells(j)
+    guests = sorted({c["guests"] for c in j["cells"]})
+    variants = list(dict.fromkeys(c["variant"] for c in j["cells"]))
+    out = []
+    for direction, what in (("tx", "guests stream to the backend's sink"),
+                            ("rx", "the backend's generator streams to the guests")):
+        rows = []
+        for v in variants:
+            for g in guests:
+                rs = by.get((direction, g, v), [])
+                rows.append([v, str(g), mmm([r["sum"] for r in rs], 0),
+                             fmt(med([r["avg"] for r in rs]), 0), fmt(med([r["min"] for r in rs]), 0),
+                             fmt(med([r["max"] for r in rs]), 0),
+                             fmt(med([r["cpu_ns_per_kib"] for r in rs]), 0),
+                             fmt(med([r["map_calls_per_pkt"] for r in rs]), 2),
+                             fmt(med([r["copy_calls_per_pkt"] for r in rs]), 2)])
+        out.append(f"**{direction}: {what}** (Mbit/s; sum: median (min–max) of rounds)\n\n"
+                   + table(["mode", "guests", "sum", "avg", "min", "max", "CPU ns/KiB",
+                            "map+unmap calls/pkt", "copy calls/pkt"], rows))
+        ratio_rows = []
+        for base in ("map", "copy"):
+            if base not in variants or "persistent" not in variants:
+                continue
+            cells = []
+            for g in guests:
+                p = med([r["sum"] for r in by.get((direction, g, "persistent"), [])])
+                b = med([r["sum"] for r in by.get((direction, g, base), [])])
+                cells.append(fmt(p / b, 1) + "×" if b == b and b > 0 else "n/a")
+            ratio_rows.append([f"persistent / {base}"] + cells)
+        if ratio_rows:
+            out.append(table([f"{direction}: sum ratio"] + [f"{g} guest{'s' if g > 1 else ''}"
+                                                              for g in guests], ratio_rows))
+    return (f"Medians of {j['repeat']} interleaved rounds, {j['seconds']} s each, "
+            f"{j['frame_bytes']}-byte frames, rings of {j['ring_size']}; CPU: {j['cpu_source']}:\n\n"
+            + "\n".join(out) + d.source("grants"))
+
+
+SEED_004 = {1: (15106.4, 10864.1), 2: (13052.7, 10898.5), 3: (12675.1, 10734.5), 4: (13194.0, 10924.0)}
+
+
+def grants_compact(d):
+    """Sums of guests' Mbit/s beside the seed's (with / without persistent grants)."""
+    j = d.json("grants")
+    by = grants_cells(j)
+    rows = []
+    for g in sorted({c["guests"] for c in j["cells"]}):
+        def s(direction, v):
+            return med([r["sum"] for r in by.get((direction, g, v), [])])
+        w, wo = SEED_004.get(g, (float("nan"), float("nan")))
+        p, c, m = s("tx", "persistent"), s("tx", "copy"), s("tx", "map")
+        rows.append([str(g), f"{fmt(w, 0)} / {fmt(wo, 0)} ({fmt(w / wo, 2)}×)",
+                     f"{fmt(p, 0)} / {fmt(c, 0)} / {fmt(m, 0)}",
+                     f"{fmt(p / c, 1)}× / {fmt(p / m, 0)}×",
+                     f"{fmt(s('rx', 'persistent') / s('rx', 'copy'), 1)}× / "
+                     f"{fmt(s('rx', 'persistent') / s('rx', 'map'), 0)}×"])
+    return table(["guests", "seed: with / without persistent grants, Mbit/s (ratio)",
+                  "pvnet tx: persistent / copy / map, Mbit/s", "tx: persistent ÷ copy / ÷ map",
+                  "rx: persistent ÷ copy / ÷ map"], rows) + d.source("grants")
+
+
 RENDERERS = {
     "microbench": microbench,
     "relay": relay,
@@ -550,6 +633,8 @@ RENDERERS = {
     "vhost-user": vhost_user,
     "xps": xps,
     "xps-relay": lambda d: xps(d, "xps-relay"),
+    "grants": grants,
+    "grants-compact": grants_compact,
 }
 
 
