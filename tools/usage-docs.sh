@@ -15,7 +15,7 @@ pvnet="${1:?usage: usage-docs.sh [--check] PVNET [OUTDIR]}"
 out="${2:-$root/docs/usage}"
 
 commands=("relay" "serve" "udp-rr server" "udp-rr client" "bench pvp" "bench fairness" "bench stream"
-          "bench rr" "bench relay" "bench xps")
+          "bench rr" "bench relay" "bench xps" "grant-back" "grant-front" "bench grants")
 
 write_pages() {
   local dir="$1" cmd page

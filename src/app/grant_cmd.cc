@@ -138,6 +138,12 @@ void add_grant_commands(CLI::App& app) {
         ->capture_default_str();
     front->add_option("--ring", fo->cfg.ring_size, "Ring size (power of two)")
         ->check(CLI::Range(2, 1024))
+        ->check(CLI::Validator(
+            [](std::string& v) {
+                const unsigned long n = std::stoul(v);
+                return (n & (n - 1)) == 0 ? std::string() : v + " is not a power of two";
+            },
+            "POWER OF TWO"))
         ->capture_default_str();
     front->add_option("--frame-bytes", fo->cfg.frame_bytes, "Ethernet frame size")
         ->check(CLI::Range(64, 1518))
