@@ -90,6 +90,14 @@ inline void gnuplot_png(const std::string& png, const std::string& script,
     if (pclose(g) != 0) throw std::runtime_error("gnuplot failed for " + png);
 }
 
+/// This executable, for the benches that run pvnet's own commands as children.
+inline std::string self_exe() {
+    char buf[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
+    return std::string(buf, static_cast<std::size_t>(n));
+}
+
 /// Own session → own autogroup, raised to -20: this kernel's autogroups
 /// otherwise share the CPU evenly with whatever else runs.
 inline void boost_autogroup() {

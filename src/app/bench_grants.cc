@@ -66,13 +66,6 @@ struct Opts {
     std::string json, plot;
 };
 
-std::string self_exe() {
-    char buf[PATH_MAX];
-    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
-    return std::string(buf, static_cast<std::size_t>(n));
-}
-
 /// utime + stime of a whole process (every thread, live or gone), in ns.
 uint64_t process_cpu_ns(pid_t pid) {
     std::ifstream f("/proc/" + std::to_string(pid) + "/stat");

@@ -69,13 +69,6 @@ Cell<T> cell_of(Result<T, std::string> r) {
     return {std::nullopt, r.error()};
 }
 
-std::string self_exe() {
-    char buf[PATH_MAX];
-    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
-    return std::string(buf, static_cast<std::size_t>(n));
-}
-
 void on_stop_signal(int) { lab::request_abort(); }
 
 Round run_column(const bench::RelayVariant& v, const Opts& o, const std::string& exe,

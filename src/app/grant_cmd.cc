@@ -22,6 +22,11 @@
 namespace pvnet::app {
 namespace {
 
+/// on|off for a bool option.
+CLI::CheckedTransformer on_off() {
+    return CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}});
+}
+
 struct BackOpts {
     grant::NetbackConfig cfg;
     std::string fallback = "map";
@@ -112,7 +117,7 @@ void add_grant_commands(CLI::App& app) {
         ->capture_default_str();
     back->add_option("--persistent", bo->persistent,
                      "Offer feature-persistent-grants (on|off)")
-        ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}}))
+        ->transform(on_off())
         ->capture_default_str();
     back->add_option("--copy-via", bo->copy_via, "How copy mode copies")
         ->check(CLI::IsMember({"pread", "process-vm"}))
@@ -134,7 +139,7 @@ void add_grant_commands(CLI::App& app) {
         ->capture_default_str();
     front->add_option("--persistent", fo->cfg.offer_persistent,
                       "Offer feature-persistent-grants (on|off)")
-        ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}}))
+        ->transform(on_off())
         ->capture_default_str();
     front->add_option("--ring", fo->cfg.ring_size, "Ring size (power of two)")
         ->check(CLI::Range(2, 1024))

@@ -32,21 +32,6 @@ Status<std::string> write_feature(const Store& store, Side side, uint16_t domid,
     return store.write(side_key(side, domid, "feature-persistent-grants"), offer ? "1" : "0");
 }
 
-// Position on the path up to Connected; Closing and Closed are handled apart.
-int progress(XenbusState s) {
-    switch (s) {
-        case XenbusState::Initialising:
-            return 1;
-        case XenbusState::InitWait:
-        case XenbusState::Initialised:
-            return 2;
-        case XenbusState::Connected:
-            return 3;
-        default:
-            return 0;
-    }
-}
-
 }  // namespace
 
 Status<std::string> check_domid(uint16_t domid) {
@@ -92,7 +77,7 @@ Result<XenbusState, std::string> wait_peer_state(const Store& store, Side peer, 
                               " while waiting for " + to_string(target));
         }
         reached = s;
-        return progress(s) >= progress(target);
+        return xenbus_step(s) >= xenbus_step(target);  // s is before Closing here
     };
     const std::string what = std::string(to_string(peer)) + " state " + to_string(target);
     auto r = store.wait_until(key, what, done, deadline);

@@ -10,6 +10,7 @@
 #include "pvnet/mem/grant_table.h"
 #include "pvnet/grant/handshake.h"
 #include "pvnet/port/gen_port.h"
+#include "pvnet/util/fd_passing.h"
 
 namespace pvnet::grant {
 
@@ -94,15 +95,7 @@ Status<std::string> send_msg(int sock, std::span<const std::byte> msg, std::span
     msghdr mh{};
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
-    if (!fds.empty()) {
-        mh.msg_control = cbuf;
-        mh.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-        cmsghdr* c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-        std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-    }
+    put_rights(mh, cbuf, fds);
     for (;;) {
         if (::sendmsg(sock, &mh, MSG_NOSIGNAL) == static_cast<ssize_t>(msg.size())) return {};
         if (errno != EINTR) return unexpected(errno_text("sendmsg"));
@@ -132,15 +125,7 @@ Result<std::vector<std::byte>, std::string> recv_msg(int sock, std::size_t max,
         n = ::recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
     } while (n < 0 && errno == EINTR);
     if (n < 0) return unexpected(errno_text("recvmsg"));
-    for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        const std::size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (std::size_t i = 0; i < k; ++i) {
-            int fd = -1;
-            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-            fds.push_back(fd);
-        }
-    }
+    take_rights(mh, fds);
     const auto close_fds = [&] {
         for (const int fd : fds) ::close(fd);
         fds.clear();

@@ -5,10 +5,7 @@
 
 namespace pvnet::grant {
 
-namespace {
-
-// Position on a side's path; InitWait and Initialised share a step, one per side.
-int step(XenbusState s) {
+int xenbus_step(XenbusState s) {
     switch (s) {
         case XenbusState::Unknown:
             return 0;
@@ -26,8 +23,6 @@ int step(XenbusState s) {
     }
     return 0;
 }
-
-}  // namespace
 
 const char* to_string(XenbusState state) {
     switch (state) {
@@ -68,8 +63,8 @@ bool legal_transition(Side side, XenbusState from, XenbusState to) {
     if (to == XenbusState::Closing) return true;
     // Reconnect: Closed starts the path again, up to the side's wait state
     // (Connected needs the peer, so it cannot have been skipped to).
-    if (from == XenbusState::Closed) return step(to) <= 2;
-    return step(to) > step(from);
+    if (from == XenbusState::Closed) return xenbus_step(to) <= 2;
+    return xenbus_step(to) > xenbus_step(from);
 }
 
 bool legal_transition(XenbusState from, XenbusState to) {

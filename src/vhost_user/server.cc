@@ -18,6 +18,7 @@
 #include <optional>
 #include <vector>
 
+#include "pvnet/util/fd_passing.h"
 #include "pvnet/vhost_user/backend_session.h"
 
 namespace pvnet::vhost_user {
@@ -217,15 +218,7 @@ Server::Impl::Read Server::Impl::read_exact(int conn, std::byte* buf, std::size_
         mh.msg_controllen = sizeof cbuf;
         const ssize_t n = ::recvmsg(conn, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
         if (n > 0) {
-            for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
-                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-                const std::size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                for (std::size_t i = 0; i < k; ++i) {
-                    int fd = -1;
-                    std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-                    fds.push_back(fd);
-                }
-            }
+            take_rights(mh, fds);
             if ((mh.msg_flags & MSG_CTRUNC) != 0) ctrunc = true;
             if (deadline == Clock::time_point{}) {
                 deadline = Clock::now() + std::chrono::milliseconds(cfg.stall_ms);

@@ -29,6 +29,7 @@
 #include "pvnet/notify/event_fd.h"
 #include "pvnet/ring/driver_queue.h"
 #include "pvnet/ring/split_ring.h"
+#include "pvnet/util/fd_passing.h"
 #include "pvnet/vhost_user/protocol.h"
 #include "pvnet/virtio/virtio_config.h"
 
@@ -111,15 +112,8 @@ public:
         mh.msg_iov = &iov;
         mh.msg_iovlen = 1;
         alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 16)];
-        if (!fds.empty()) {
-            mh.msg_control = cbuf;
-            mh.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-            cmsghdr* c = CMSG_FIRSTHDR(&mh);
-            c->cmsg_level = SOL_SOCKET;
-            c->cmsg_type = SCM_RIGHTS;
-            c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-            std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-        }
+        if (fds.size() > 16) return false;
+        put_rights(mh, cbuf, fds);
         return ::sendmsg(fd_, &mh, MSG_NOSIGNAL) == static_cast<ssize_t>(len);
     }
     bool send(Request r, uint32_t flags, const void* payload, uint32_t size,

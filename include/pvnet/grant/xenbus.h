@@ -38,6 +38,9 @@ Result<XenbusState, std::string> parse_xenbus_state(std::string_view text);
 /// backend seen going Closed -> InitWait missed its Initialising); moving
 /// back, to Unknown, or into the other side's wait state is not.
 bool legal_transition(Side side, XenbusState from, XenbusState to);
+/// Position on the path: Unknown 0, Initialising 1, InitWait / Initialised 2
+/// (one per side), Connected 3, Closing 4, Closed 5.
+int xenbus_step(XenbusState s);
 /// Legal for either side.
 bool legal_transition(XenbusState from, XenbusState to);
 
