@@ -19,7 +19,7 @@ namespace pvnet::grant {
 namespace {
 
 using namespace std::chrono_literals;
-constexpr uint64_t kFrames = 20000;
+constexpr uint64_t kFrames = 5000;  // ~20 rounds of each ring, each way
 constexpr uint64_t kRing = 256;
 
 /// The line of `out` that starts with `prefix`, or "".

@@ -14,35 +14,10 @@
 #include "pvnet/mem/grant_access.h"
 #include "pvnet/mem/grant_table.h"
 #include "pvnet/mem/memory_region.h"
+#include "grant_fixture.h"
 
 namespace pvnet::mem {
 namespace {
-
-constexpr DomId kBack = 0;
-constexpr DomId kGuest = 7;
-constexpr uint32_t kRefs = 64;
-constexpr uint32_t kFrames = 32;
-constexpr uint16_t kRing = 8;
-
-/// A frontend (its table and data memfd) and the backend's view of it.
-struct Granted {
-    Granted()
-        : table_mem(MemoryRegion::create(kRefs * sizeof(GrantEntry), "grant_test_table").value()),
-          data(MemoryRegion::create(kFrames * kGrantPageBytes, "grant_test_data").value()),
-          front(table_mem.bytes().first(kRefs * sizeof(GrantEntry))),
-          refs(table_mem.bytes().first(kRefs * sizeof(GrantEntry)), kBack, kFrames) {}
-    std::byte* page(uint32_t frame) const { return data.host() + frame * kGrantPageBytes; }
-    GrantSource source() { return GrantSource{&refs, data.fd(), getpid(),
-                                              reinterpret_cast<uint64_t>(data.host())}; }
-    uint16_t flags(GrantRef r) const {
-        return static_cast<uint16_t>(
-            reinterpret_cast<GrantEntry*>(table_mem.host())[r].word.load());
-    }
-    MemoryRegion table_mem;
-    MemoryRegion data;
-    GrantTable front;
-    GrantRefs refs;
-};
 
 TEST(GrantRefs, EveryBadRequestIsRejectedAndCounted) {
     Granted g;
@@ -116,19 +91,6 @@ TEST(GrantTable, RunsOutOfReferencesCleanly) {
     for (uint32_t i = 0; i < kRefs; ++i) ASSERT_TRUE(g.front.grant(kBack, i % kFrames, false));
     EXPECT_EQ(g.front.grant(kBack, 0, false).error(), GrantError::TableFull);
     EXPECT_EQ(g.front.end_access(kRefs).error(), GrantError::RefOutOfRange);
-}
-
-enum class Mode { Map, CopyPread, CopyProcessVm, Persistent };
-
-std::unique_ptr<GrantAccess> make(Mode m, const GrantSource& s) {
-    switch (m) {
-        case Mode::Map: return std::make_unique<GrantMapper>(s, kRing);
-        case Mode::CopyPread: return std::make_unique<GrantCopier>(s, kRing, CopyVia::Pread);
-        case Mode::CopyProcessVm:
-            return std::make_unique<GrantCopier>(s, kRing, CopyVia::ProcessVm);
-        case Mode::Persistent: return std::make_unique<PersistentGrantPool>(s, kRing);
-    }
-    return nullptr;
 }
 
 class AccessModes : public ::testing::TestWithParam<Mode> {};
@@ -233,31 +195,6 @@ INSTANTIATE_TEST_SUITE_P(Grants, AccessModes,
                                  case Mode::Persistent: return std::string("Persistent");
                              }
                              return std::string("?");
-                         });
-
-// Copy mode maps no frontend page: only the two mapping modes run this.
-class MappingModes : public ::testing::TestWithParam<Mode> {};
-
-TEST_P(MappingModes, EveryMappingSitsBetweenGuardPages) {
-    Granted g;
-    auto acc = make(GetParam(), g.source());
-    const GrantRef r = g.front.grant(kBack, 5, false).value();
-    iovec v{};
-    ASSERT_TRUE(acc->map(0, grant_addr(r, 0), kGrantPageBytes, true, v));
-    auto* page = static_cast<volatile char*>(v.iov_base);
-    page[0] = 1;
-    page[kGrantPageBytes - 1] = 1;
-    EXPECT_DEATH({ (void)page[-1]; }, "");
-    EXPECT_DEATH({ (void)page[kGrantPageBytes]; }, "");
-    acc->unmap(0, 0);
-    if (GetParam() == Mode::Map) {
-        EXPECT_DEATH({ (void)page[0]; }, "") << "unmapped: the guard is back";
-    }
-}
-
-INSTANTIATE_TEST_SUITE_P(Grants, MappingModes, ::testing::Values(Mode::Map, Mode::Persistent),
-                         [](const ::testing::TestParamInfo<Mode>& p) {
-                             return std::string(p.param == Mode::Map ? "Map" : "Persistent");
                          });
 
 TEST(PersistentGrantPool, MapsOnceThenHitsAndEvictsTheLeastRecentIdleGrant) {
