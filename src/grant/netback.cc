@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -79,11 +80,17 @@ std::string counters(uint16_t domid, GrantMode mode, const backend::VhostNet<por
     kv("pool_misses", rx.stats().pool_misses.get() + tx.stats().pool_misses.get());
     kv("pool_evictions", rx.stats().pool_evictions.get() + tx.stats().pool_evictions.get());
     kv("grant_errors", refs.errors().total());
-    for (std::size_t e = 0; e < static_cast<std::size_t>(mem::GrantError::Count); ++e) {
+    // Each refusal by its reason (GrantError order), only those that happened.
+    static constexpr const char* kErrorKeys[] = {
+        "zero_length",  "ref_out_of_range",  "not_granted", "wrong_domain",
+        "read_only",    "crosses_page",      "frame_out_of_range", "too_many_segments",
+        "pool_full",    "system_error",      "table_full",  "in_use"};
+    static_assert(std::size(kErrorKeys) == static_cast<std::size_t>(mem::GrantError::Count));
+    for (std::size_t e = 0; e < std::size(kErrorKeys); ++e) {
         const uint64_t v = refs.errors().get(static_cast<mem::GrantError>(e));
         if (v == 0) continue;
         s += " grant_error_";
-        s += std::to_string(e);
+        s += kErrorKeys[e];
         s += '=';
         s += std::to_string(v);
     }
