@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <iterator>
+#include <list>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -143,15 +144,42 @@ Netback::~Netback() {
 
 void Netback::run(const std::atomic<bool>& stop,
                   const std::function<void(const std::string&)>& report) {
-    std::vector<std::thread> guests;
+    struct Guest {
+        std::thread t;
+        std::atomic<bool> done{false};
+    };
+    std::list<Guest> guests;
+    // A long-running backend joins each guest's thread once it has left,
+    // and a flood of connections meets a bound, not a thread each.
+    const auto reap = [&guests] {
+        for (auto it = guests.begin(); it != guests.end();) {
+            if (it->done.load()) {
+                it->t.join();
+                it = guests.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    };
     while (!stop.load()) {
+        reap();
         pollfd p{listen_fd_, POLLIN, 0};
         if (::poll(&p, 1, 50) <= 0) continue;
         const int conn = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
         if (conn < 0) continue;
-        guests.emplace_back([this, conn, &stop, &report] { serve_guest(conn, stop, report); });
+        if (guests.size() >= kMaxGuests) {
+            refused_.fetch_add(1);
+            ::close(conn);
+            report("refused: " + std::to_string(kMaxGuests) + " guests already connected");
+            continue;
+        }
+        Guest& g = guests.emplace_back();
+        g.t = std::thread([this, conn, &stop, &report, &g] {
+            serve_guest(conn, stop, report);
+            g.done.store(true);
+        });
     }
-    for (std::thread& t : guests) t.join();
+    for (Guest& g : guests) g.t.join();
 }
 
 void Netback::serve_guest(int conn, const std::atomic<bool>& stop,

@@ -57,6 +57,7 @@ struct Netfront::Impl {
     std::vector<uint32_t> tx_pool_frame, rx_pool_frame;
     std::vector<mem::GrantRef> tx_pool_ref, rx_pool_ref;
     std::vector<uint32_t> tx_pool_free;
+    bool rx_pool_posted = false;  // the rx pool stays posted across rx phases
     /// Revokes the backend refused: retried, the page kept meanwhile.
     struct Deferred {
         mem::GrantRef ref;
@@ -327,7 +328,8 @@ Result<PhaseResult, std::string> Netfront::run(Direction dir, uint64_t max_frame
         m.r.frames = done;
     } else {
         port::FrameSink sink(*m.fmt, 0);
-        if (m.persistent()) {
+        if (m.persistent() && !m.rx_pool_posted) {
+            m.rx_pool_posted = true;
             for (uint32_t s = 0; s < m.rx_pool_ref.size(); ++s) {
                 if (m.rxq->num_free() == 0 || !m.post_rx_slot(s)) break;
             }

@@ -182,3 +182,41 @@ TEST(GrantHostileHello, EachBadHelloIsRefusedByNameAndTheBackendServesOn) {
 
 }  // namespace
 }  // namespace pvnet::grant
+
+namespace pvnet::grant {
+namespace {
+
+TEST(GrantHostileHello, AFloodOfIdleConnectionsMeetsTheGuestBound) {
+    Door door;
+    ASSERT_TRUE(door.dir.ok());
+    const auto dial = [&] {
+        const int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        sockaddr_un a{};
+        a.sun_family = AF_UNIX;
+        std::snprintf(a.sun_path, sizeof a.sun_path, "%s", (door.dir.path() + "/nb.sock").c_str());
+        EXPECT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+        return s;
+    };
+    // kMaxGuests connections that never say hello hold every guest slot ...
+    std::vector<int> idle;
+    for (std::size_t i = 0; i < Netback::kMaxGuests; ++i) idle.push_back(dial());
+    // ... so the next one is closed at once, counted, and said why.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    bool refused_line = false;
+    while (!refused_line && std::chrono::steady_clock::now() < deadline) {
+        const int extra = dial();
+        char b;
+        (void)::recv(extra, &b, 1, 0);  // EOF when refused; the hello timeout (2 s) otherwise
+        ::close(extra);
+        const std::lock_guard g(door.mu);
+        for (const std::string& l : door.lines) {
+            if (l.find("guests already connected") != std::string::npos) refused_line = true;
+        }
+    }
+    EXPECT_TRUE(refused_line);
+    EXPECT_GE(door.nb->refused(), 1u);
+    for (const int s : idle) ::close(s);
+}
+
+}  // namespace
+}  // namespace pvnet::grant

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -36,6 +37,9 @@ struct NetbackConfig {
 
 class Netback {
 public:
+    /// Guests served at once; a connection beyond it is refused (counted).
+    static constexpr std::size_t kMaxGuests = 64;
+
     /// Binds and listens (an existing socket file is replaced).
     static Result<std::unique_ptr<Netback>, std::string> create(const NetbackConfig& cfg);
     ~Netback();
