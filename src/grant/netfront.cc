@@ -224,6 +224,8 @@ Result<std::unique_ptr<Netfront>, std::string> Netfront::connect(const NetfrontC
         *e = std::move(*fd);
     }
     for (uint32_t f = frames; f-- > 2u * n;) m.free_pages.push_back(f);
+    // Every packet page can wait on a delayed revoke: no allocation then.
+    m.deferred.reserve(frames);
 
     auto store = Store::open(cfg.store_dir);
     if (!store) return unexpected(store.error());

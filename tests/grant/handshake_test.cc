@@ -142,14 +142,8 @@ TEST(Domid, Bounds) {
     EXPECT_EQ(side_key(Side::Frontend, 3, "state"), "frontend/3/state");
 }
 
-class HandshakeTest : public ::testing::Test {
+class HandshakeTest : public test::StoreFixture {
 protected:
-    void SetUp() override {
-        ASSERT_TRUE(tmp_.ok());
-        auto s = Store::open(tmp_.path() + "/xs");
-        ASSERT_TRUE(s) << s.error();
-        store_.emplace(std::move(s).value());
-    }
     void put(const std::string& key, const std::string& value) {
         auto st = store_->write(key, value);
         ASSERT_TRUE(st) << st.error();
@@ -160,8 +154,6 @@ protected:
     }
 
     static constexpr uint16_t kDom = 7;
-    TempDir tmp_;
-    std::optional<Store> store_;
 };
 
 struct Offers {

@@ -21,14 +21,8 @@ namespace {
 using test::TempDir;
 using namespace std::chrono_literals;
 
-class StoreTest : public ::testing::Test {
+class StoreTest : public test::StoreFixture {
 protected:
-    void SetUp() override {
-        ASSERT_TRUE(tmp_.ok());
-        auto s = Store::open(tmp_.path() + "/xs");
-        ASSERT_TRUE(s) << s.error();
-        store_.emplace(std::move(s).value());
-    }
     // Writes a file behind the store's back, as a hostile peer would.
     void plant(const std::string& key, const std::string& bytes) {
         const std::filesystem::path p = store_->dir() + "/" + key;
@@ -36,8 +30,6 @@ protected:
         std::ofstream(p, std::ios::binary) << bytes;
     }
 
-    TempDir tmp_;
-    std::optional<Store> store_;
 };
 
 TEST_F(StoreTest, OpenCreatesNestedDirectories) {

@@ -1,12 +1,15 @@
 // A fresh directory under /tmp for one test, removed with everything in it
-// when the guard goes out of scope (a failed ASSERT included).
+// when the guard goes out of scope (a failed ASSERT included), and a Store in one.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
+
+#include "pvnet/grant/store.h"
 
 namespace pvnet::grant::test {
 
@@ -29,6 +32,20 @@ public:
 
 private:
     std::string path_;
+};
+
+/// A Store in a fresh TempDir, for the store and handshake tests.
+class StoreFixture : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_TRUE(tmp_.ok());
+        auto s = Store::open(tmp_.path() + "/xs");
+        ASSERT_TRUE(s) << s.error();
+        store_.emplace(std::move(s).value());
+    }
+
+    TempDir tmp_;
+    std::optional<Store> store_;
 };
 
 }  // namespace pvnet::grant::test
