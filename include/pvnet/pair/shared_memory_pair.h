@@ -39,6 +39,8 @@ public:
         return guest_->host() + (gpa.value - kGuestBase);
     }
     uint64_t guest_bytes() const noexcept { return guest_->size(); }
+    /// The guest's memfd and mapping: what a vhost-user front-end shares.
+    const mem::MemoryRegion& guest_region() const noexcept { return *guest_; }
     const notify::EventFd& kick(uint16_t vring) const noexcept { return kicks_[vring]; }
     const notify::EventFd& call(uint16_t vring) const noexcept { return calls_[vring]; }
     uint16_t num_vrings() const noexcept { return static_cast<uint16_t>(kicks_.size()); }
