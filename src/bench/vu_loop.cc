@@ -20,7 +20,7 @@ VuLoop::VuLoop(const VuLoopConfig& cfg, const port::FrameFormat& fmt)
 VuLoop::~VuLoop() {
     stop_.store(true);
     if (guest_.joinable()) guest_.join();
-    if (supervisor_.joinable()) supervisor_.join();
+    reconnector_.reset();
 }
 
 std::unique_ptr<VuLoop> VuLoop::create(const VuLoopConfig& cfg, std::string& error) {
@@ -63,7 +63,13 @@ void VuLoop::run(uint64_t frames) {
     start_ns_ = now_ns();
     last_rx_ns_.store(start_ns_);
     guest_ = std::thread([this, frames] { guest_loop(frames); });
-    supervisor_ = std::thread([this] { supervise(); });
+    if (cfg_.reconnect) {
+        vhost_user::Reconnector::Hooks h;
+        h.lost = [this] { on_lost(); };
+        h.done = [this](bool ok, const std::string& why) { on_done(ok, why); };
+        reconnector_ = std::make_unique<vhost_user::Reconnector>(*fe_, cfg_.reconnect_give_up_s,
+                                                                 std::move(h));
+    }
 }
 
 void VuLoop::guest_loop(uint64_t frames) noexcept {
@@ -113,44 +119,26 @@ void VuLoop::guest_loop(uint64_t frames) noexcept {
     }
 }
 
-void VuLoop::supervise() noexcept {
-    while (!stop_.load(std::memory_order_relaxed)) {
-        if (fe_->alive(20)) continue;
-        const uint64_t lost_ns = now_ns();
-        const uint64_t last_rx = last_rx_ns_.load(std::memory_order_relaxed);
-        {
-            std::lock_guard lock(mu_);
-            outages_.push_back({});
-            outage_start_ns_.push_back(last_rx);
-        }
-        if (!cfg_.reconnect) {
-            std::lock_guard lock(mu_);
-            error_ = "the back-end went away";
-            return;
-        }
-        const uint64_t give_up = lost_ns + static_cast<uint64_t>(cfg_.reconnect_give_up_s * 1e9);
-        std::string why;
-        bool ok = false;
-        while (!stop_.load(std::memory_order_relaxed) && now_ns() < give_up) {
-            // Frames the dead back-end held never come back: they must not close the window.
-            window_floor_.store(sent_.load(std::memory_order_relaxed), std::memory_order_relaxed);
-            if (auto s = fe_->reconnect(); s) {
-                ok = true;
-                break;
-            } else {
-                why = s.error().text;
-            }
-        }
-        std::lock_guard lock(mu_);
-        if (!ok) {
-            error_ = "no back-end to reconnect to: " + why;
-            return;
-        }
-        reconnects_.fetch_add(1, std::memory_order_relaxed);
-        outages_.back().recovered = true;
-        recovered_.store(true, std::memory_order_release);
-        outages_.back().setup_ms = static_cast<double>(now_ns() - lost_ns) / 1e6;
+void VuLoop::on_lost() {
+    // Frames the dead back-end held never come back: they must not close the window.
+    window_floor_.store(sent_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    std::lock_guard lock(mu_);
+    outages_.push_back({});
+    outage_start_ns_.push_back(last_rx_ns_.load(std::memory_order_relaxed));
+    lost_ns_ = now_ns();
+}
+
+void VuLoop::on_done(bool ok, const std::string& why) {
+    std::lock_guard lock(mu_);
+    if (!ok) {
+        error_ = "no back-end to reconnect to: " + why;
+        return;
     }
+    window_floor_.store(sent_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    reconnects_.fetch_add(1, std::memory_order_relaxed);
+    outages_.back().recovered = true;
+    outages_.back().setup_ms = static_cast<double>(now_ns() - lost_ns_) / 1e6;
+    recovered_.store(true, std::memory_order_release);
 }
 
 VuLoopResult VuLoop::finish(double drain_s) {
@@ -164,7 +152,7 @@ VuLoopResult VuLoop::finish(double drain_s) {
     stop_.store(true);
     tb_.rx_call().signal();  // out of wait_rx
     if (guest_.joinable()) guest_.join();
-    if (supervisor_.joinable()) supervisor_.join();
+    if (reconnector_) reconnector_->stop();
 
     VuLoopResult res;
     res.sent = sent_.load();

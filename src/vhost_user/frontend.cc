@@ -557,6 +557,37 @@ Status<FrontendError> Frontend::reconnect() noexcept {
     return m.start_device();
 }
 
+Reconnector::Reconnector(Frontend& fe, double give_up_s, Hooks hooks)
+    : fe_(fe), give_up_s_(give_up_s), hooks_(std::move(hooks)), thread_([this] { run(); }) {}
+
+Reconnector::~Reconnector() { stop(); }
+
+void Reconnector::stop() noexcept {
+    stop_.store(true, std::memory_order_relaxed);
+    if (thread_.joinable()) thread_.join();
+}
+
+void Reconnector::run() noexcept {
+    while (!stop_.load(std::memory_order_relaxed)) {
+        if (fe_.alive(20)) continue;
+        if (hooks_.lost) hooks_.lost();
+        const auto give_up = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                std::chrono::duration<double>(give_up_s_));
+        std::string why = "stopped";
+        bool ok = false;
+        while (!stop_.load(std::memory_order_relaxed) && Clock::now() < give_up) {
+            auto s = fe_.reconnect();
+            if (s) {
+                ok = true;
+                break;
+            }
+            why = s.error().text;
+        }
+        if (hooks_.done) hooks_.done(ok, why);
+        if (!ok) return;
+    }
+}
+
 uint64_t Frontend::features() const noexcept { return impl_->features; }
 uint64_t Frontend::protocol_features() const noexcept { return impl_->proto; }
 uint16_t Frontend::queue_num() const noexcept { return impl_->queue_num; }

@@ -5,8 +5,8 @@
 // testpmd's macswap). At most `window` frames are out at once, so a healthy
 // loop drops nothing and the sink's counts say exactly what was lost.
 //
-// A supervisor thread watches the connection; when the back-end goes away
-// it reconnects (Frontend::reconnect) and records how long traffic stopped:
+// A vhost_user::Reconnector watches the connection; when the back-end goes
+// away it reconnects, and the loop records how long traffic stopped:
 // from the last frame back before the loss to the first after it. The guest
 // thread runs on through the outage: its frames wait in the tx ring.
 #pragma once
@@ -30,7 +30,7 @@ struct VuLoopConfig {
     uint32_t frame_bytes = 64;
     uint16_t queue_size = 256;
     uint32_t window = 128;  ///< frames sent and not yet back, at most
-    /// Reconnect when the back-end goes away (else the loop ends with an error).
+    /// Reconnect when the back-end goes away (else traffic just stops).
     bool reconnect = true;
     /// Give up when a reconnect has not succeeded for this long.
     double reconnect_give_up_s = 30;
@@ -84,14 +84,16 @@ public:
 private:
     VuLoop(const VuLoopConfig& cfg, const port::FrameFormat& fmt);
     void guest_loop(uint64_t frames) noexcept;
-    void supervise() noexcept;
+    void on_lost();
+    void on_done(bool ok, const std::string& why);
 
     VuLoopConfig cfg_;
     pair::GuestPair tb_;
     std::unique_ptr<vhost_user::Frontend> fe_;
     port::FrameGen gen_;
     port::FrameSink sink_;
-    std::thread guest_, supervisor_;
+    std::thread guest_;
+    std::unique_ptr<vhost_user::Reconnector> reconnector_;
     std::atomic<bool> stop_{false}, done_{false};
     std::atomic<uint64_t> sent_{0}, received_{0}, reconnects_{0};
     /// Frames sent before the last reconnect never hold the window shut.
@@ -103,6 +105,7 @@ private:
     std::vector<VuOutage> outages_;
     std::vector<uint64_t> outage_start_ns_;  ///< per outage: the last frame back before it
     uint64_t start_ns_ = 0;
+    uint64_t lost_ns_ = 0;  ///< when the current outage was seen
 };
 
 }  // namespace pvnet::bench

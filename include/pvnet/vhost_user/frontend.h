@@ -24,10 +24,13 @@
 // is sent again (docs/vhost-user.md, "Restarting the backend").
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "pvnet/backend/device_setup.h"
@@ -143,6 +146,33 @@ private:
     struct Impl;
     explicit Frontend(std::unique_ptr<Impl> impl) noexcept;
     std::unique_ptr<Impl> impl_;
+};
+
+/// Keeps a started Frontend connected: a thread watches the connection and,
+/// when the back-end goes away, reconnects until it succeeds or `give_up_s`
+/// passes. The datapath runs on meanwhile: its frames wait in the rings.
+/// The Frontend is the Reconnector's alone while it runs.
+class Reconnector {
+public:
+    struct Hooks {
+        std::function<void()> lost;  ///< the back-end is gone (the reconnect starts)
+        /// The reconnect ended: ok, or gave up with the last error's text.
+        std::function<void(bool ok, const std::string& why)> done;
+    };
+    Reconnector(Frontend& fe, double give_up_s, Hooks hooks);
+    ~Reconnector();
+    Reconnector(const Reconnector&) = delete;
+    Reconnector& operator=(const Reconnector&) = delete;
+    /// Ends the thread (a reconnect in progress gives up at its next try).
+    void stop() noexcept;
+
+private:
+    void run() noexcept;
+    Frontend& fe_;
+    double give_up_s_;
+    Hooks hooks_;
+    std::atomic<bool> stop_{false};
+    std::thread thread_;
 };
 
 }  // namespace pvnet::vhost_user
