@@ -49,6 +49,8 @@ struct RelayOptions {
     BackendKnobs backend;
     uint32_t busy_poll_usecs = 0;
     bool direct = true;
+    std::string vhost_user;          ///< two processes: the backend behind this socket
+    bool vhost_user_server = false;
     uint32_t direct_max = 4;
     uint32_t direct_spin_usecs = 0;
     uint16_t queue_size = 256;
@@ -305,6 +307,11 @@ void print_ring_counters(const char* tag, const relay::RingRelay& r) {
             std::printf(" q%zu_%s=%llu", i, k, static_cast<unsigned long long>(v));
         }
     }
+    if (c.remote_backend) {
+        std::printf(" backend=remote backend_losses=%llu backend_reconnects=%llu",
+                    static_cast<unsigned long long>(c.backend_losses),
+                    static_cast<unsigned long long>(c.backend_reconnects));
+    }
     std::printf("\n");
     std::fflush(stdout);
 }
@@ -326,7 +333,9 @@ void run_ring(const RelayOptions& o) {
     cfg.workers = o.backend.workers;
     cfg.tx_weight = o.backend.tx();
     cfg.rx_weight = o.backend.rx();
-    cfg.direct = o.direct;
+    cfg.vhost_user = o.vhost_user;
+    cfg.vhost_user_server = o.vhost_user_server;
+    cfg.direct = o.direct && o.vhost_user.empty();
     cfg.direct_max = o.direct_max;
     cfg.direct_spin_usecs = o.direct_spin_usecs;
     cfg.queues = o.queues;
@@ -379,9 +388,18 @@ void add_relay_command(CLI::App& app) {
     cmd->add_option("--guest-tap", o->guest_tap, "tap A: created, or attached to if it exists")
         ->required()
         ->check(checks::IfName());
-    cmd->add_option("--host-tap", o->host_tap, "tap B: created, or attached to if it exists")
-        ->required()
-        ->check(checks::IfName());
+    auto* host_tap =
+        cmd->add_option("--host-tap", o->host_tap, "tap B: created, or attached to if it exists")
+            ->check(checks::IfName());
+    auto* vhost_user = cmd->add_option(
+        "--vhost-user", o->vhost_user,
+        "two processes: the backend and tap B are `pvnet serve --tap B` on this vhost-user "
+        "socket (one queue pair; the backend's options are serve's)");
+    auto* vhost_user_server = cmd->add_flag(
+        "--vhost-user-server", o->vhost_user_server,
+        "with --vhost-user: listen on the socket (run serve with --client)");
+    vhost_user->excludes(host_tap);
+    vhost_user_server->needs(vhost_user);
     cmd->add_option("--guest-netns", o->guest_netns, "existing namespace of tap A (ip netns name)")
         ->check(checks::Netns());
     cmd->add_option("--host-netns", o->host_netns, "existing namespace of tap B (ip netns name)")
@@ -438,8 +456,20 @@ void add_relay_command(CLI::App& app) {
     cmd->add_option("--stats-interval", o->stats_interval, "seconds between stats lines (0: none)")
         ->check(checks::Real(0.0, 3600.0, "0: none"));
 
-    cmd->callback([o, ring_opts] {
+    cmd->callback([o, ring_opts, backend_opts, host_tap, vhost_user] {
         // Checks across options, before anything opens: CLI11's errors, so the same exit code.
+        if (host_tap->count() == 0 && vhost_user->count() == 0) {
+            throw CLI::ValidationError("--host-tap", "required (or --vhost-user)");
+        }
+        if (vhost_user->count() != 0) {
+            if (o->plain) throw CLI::ValidationError("--vhost-user", "applies to the ring relay, not --plain");
+            for (const CLI::Option* opt : backend_opts) {
+                if (opt->count() != 0) {
+                    throw CLI::ValidationError(opt->get_name(),
+                                               "is the backend's: give it to pvnet serve");
+                }
+            }
+        }
         if (o->guest_tap == o->host_tap && o->guest_netns == o->host_netns) {
             throw CLI::ValidationError("--host-tap", checks::must_be(o->host_tap,
                 "another tap than --guest-tap when both are in the same namespace"));

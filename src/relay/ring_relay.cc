@@ -63,8 +63,40 @@ Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRela
     if (cfg.xps && cfg.fe.clean_tx_at_rx) {
         return unexpected(std::string("xps and at-rx together: at-rx reaps tx without its lock"));
     }
+    const bool remote = !cfg.vhost_user.empty();
+    if (remote && (cfg.queues != 1 || cfg.xps || cfg.direct)) {
+        return unexpected(std::string(
+            "with a vhost-user backend: one queue, no xps, no direct path (the backend is "
+            "another process)"));
+    }
     std::unique_ptr<RingRelay> r(new RingRelay());
     r->cfg_ = cfg;
+    const uint64_t offload_bits = cfg.offloads ? kRelayOffloadFeatures : 0;
+    if (remote) {
+        vhost_user::FrontendConfig vc;
+        vc.path = cfg.vhost_user;
+        vc.server = cfg.vhost_user_server;
+        vc.connect_timeout_ms = 10'000;
+        auto fe = vhost_user::Frontend::create(vc);
+        if (!fe) return unexpected(fe.error());
+        r->vu_ = std::move(*fe);
+        using namespace virtio;
+        // The layout below needs indirect tables and mergeable rx buffers.
+        const uint64_t needed = feature_mask(VIRTIO_F_VERSION_1) |
+                                feature_mask(VIRTIO_RING_F_INDIRECT_DESC) |
+                                feature_mask(VIRTIO_NET_F_MRG_RXBUF) | offload_bits;
+        const uint64_t wanted =
+            needed | (cfg.fe.event_idx ? feature_mask(VIRTIO_RING_F_EVENT_IDX) : 0);
+        auto f = r->vu_->connect(wanted);
+        if (!f) return unexpected("vhost-user backend: " + f.error().text);
+        if ((*f & needed) != needed) {
+            return unexpected(std::string("vhost-user backend: it does not offer ") +
+                              ((*f & offload_bits) != offload_bits
+                                   ? "the offloads (run with --offloads off)"
+                                   : "indirect descriptors and mergeable rx buffers"));
+        }
+        r->cfg_.fe.event_idx = has_feature(*f, VIRTIO_RING_F_EVENT_IDX);
+    }
     port::TapConfig a = cfg.guest_tap, b = cfg.host_tap;
     // What tap A may hand the guest (HOST_TSO*) and tap B the backend
     // (GUEST_TSO*): the same set, or nothing.
@@ -76,20 +108,21 @@ Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRela
     for (uint16_t i = 0; i < cfg.queues; ++i) {
         auto ta = port::TapPort::open(a);
         if (!ta) return unexpected("tap " + a.name + ": " + port::to_string(ta.error()));
-        auto tb = port::TapPort::open(b);
-        if (!tb) return unexpected("tap " + b.name + ": " + port::to_string(tb.error()));
         auto q = std::make_unique<GuestQueue>();
         q->relay = r.get();
         q->index = i;
         q->tap_a = std::move(*ta);
         q->flow = std::make_unique<frontend::Flow>(UINT32_MAX, frontend::SndbufRelease::Orphan);
         r->queues_.push_back(std::move(q));
+        if (remote) continue;
+        auto tb = port::TapPort::open(b);
+        if (!tb) return unexpected("tap " + b.name + ": " + port::to_string(tb.error()));
         r->tap_b_.push_back(std::move(*tb));
     }
 
-    frontend::VirtioNetConfig fc = cfg.fe;
+    frontend::VirtioNetConfig fc = r->cfg_.fe;
     fc.queue_pairs = cfg.queues;
-    fc.ctrl_vq = true;
+    fc.ctrl_vq = !remote;
     fc.buf_bytes = kSlotBytes;
     fc.indirect_desc = true;
     fc.mergeable_rx = true;
@@ -122,6 +155,14 @@ Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRela
             q->xps_stats = std::make_unique<frontend::XpsThreadStats>(cfg.queues);
         }
     }
+    if (remote) {
+        const mem::MemoryRegion& g = r->tb_.guest_region();
+        const vhost_user::GuestMemory gm{g.fd(), pair::kGuestBase, g.size(), g.host()};
+        if (auto st = r->vu_->start(r->tb_.device_setup(offload_bits), gm); !st) {
+            return unexpected("vhost-user backend: " + st.error().text);
+        }
+        return r;
+    }
     backend::VhostNetOptions bo;
     bo.rx_weight = cfg.rx_weight;
     bo.tx_weight = cfg.tx_weight;
@@ -137,8 +178,7 @@ Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRela
     r->dev_ = std::move(*dev);
     // The offloads tap B may hand us are what the guest accepts: the device
     // sizes mergeable rx from them.
-    if (auto st = r->dev_->configure(
-            r->tb_.device_setup(cfg.offloads ? kRelayOffloadFeatures : 0));
+    if (auto st = r->dev_->configure(r->tb_.device_setup(offload_bits));
         !st) {
         return unexpected(std::string("backend setup: ") +
                           std::string(backend::to_string(st.error())));
@@ -159,6 +199,17 @@ Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRela
 Status<std::string> RingRelay::start() {
     if (started_) return {};
     started_ = true;
+    if (remote()) {
+        // A restarted backend gets the same rings; the guest threads run on meanwhile.
+        vhost_user::Reconnector::Hooks h;
+        h.lost = [this] { vu_losses_.add_shared(); };
+        h.done = [this](bool ok, const std::string&) {
+            if (ok) vu_reconnects_.add_shared();
+        };
+        reconnector_ = std::make_unique<vhost_user::Reconnector>(*vu_, 3600.0, std::move(h));
+        for (auto& q : queues_) q->thread = std::thread([this, &q = *q] { guest_loop(q); });
+        return {};
+    }
     dev_->start(cfg_.backend_cpu);
     if (!tb_.fe().set_coalesce(cfg_.rx_coalesce, cfg_.tx_coalesce)) {
         return unexpected(std::string("NOTF_COAL control request failed"));
@@ -181,7 +232,13 @@ void RingRelay::stop() noexcept {
     for (auto& q : queues_) {
         if (q->thread.joinable()) q->thread.join();
     }
-    dev_->stop();
+    if (remote()) {
+        // The backend stops its rings at a consistent point (GET_VRING_BASE).
+        reconnector_.reset();
+        (void)vu_->stop();
+    } else {
+        dev_->stop();
+    }
     // The worker is stopped and the guest threads joined: this thread owns
     // the guest now. What the backend delivered after a guest thread's last
     // poll goes to its tap A queue, so no rx ring holds anything in flight.
@@ -204,7 +261,21 @@ std::optional<std::string> RingRelay::set_xps_mask(bool rxqs, uint16_t txq,
     return rxqs ? xps.set_rxqs(txq, mask) : xps.set_cpus(txq, mask);
 }
 
+bool RingRelay::any_broken() const noexcept {
+    if (!remote()) return tb_.any_broken(*dev_);
+    for (const auto& q : queues_) {
+        const frontend::QueuePair& qp = tb_.fe().queue_pair(q->index);
+        if (qp.rx_queue().broken() || qp.tx_queue().broken()) return true;
+    }
+    return false;
+}
+
 uint64_t RingRelay::tx_in_flight(uint16_t i) const noexcept {
+    if (remote()) {
+        const auto& fs = tb_.fe().queue_pair(i).stats();
+        const uint64_t queued = fs.tx_pkts.get(), done = fs.tx_completions.get();
+        return queued > done ? queued - done : 0;
+    }
     const auto& bs = dev_->stats(i);
     const uint64_t queued = tb_.fe().queue_pair(i).stats().tx_pkts.get();
     const uint64_t consumed = bs.tx_pkts.get() + bs.tx_drop_bad_chain.get() + bs.tx_drop_port.get();
@@ -391,7 +462,8 @@ void RingRelay::guest_loop(GuestQueue& q) noexcept {
             if (drain_deadline == std::chrono::steady_clock::time_point{}) {
                 drain_deadline = now + std::chrono::milliseconds(kDrainMs);
             }
-            if (tx_in_flight(q.index) == 0 || tb_.any_broken(*dev_) || now >= drain_deadline) {
+            if (remote()) qp.free_old_xmit();
+            if (tx_in_flight(q.index) == 0 || any_broken() || now >= drain_deadline) {
                 break;
             }
         }
@@ -442,22 +514,29 @@ void RingRelay::guest_loop(GuestQueue& q) noexcept {
 
 RingRelayCounters RingRelay::counters() const {
     RingRelayCounters c;
-    c.broken = tb_.any_broken(*dev_);
+    c.broken = any_broken();
+    c.remote_backend = remote();
+    c.backend_losses = vu_losses_.get();
+    c.backend_reconnects = vu_reconnects_.get();
     c.queues.resize(queues_.size());
+    // With a backend in another process its counters and tap B's read as 0 here.
+    static const backend::VhostNetStats kRemoteStats{};
+    static const port::TapPort* const kNoTap = nullptr;
     for (const auto& q : queues_) {
         const auto& fs = tb_.fe().queue_pair(q->index).stats();
-        const auto& bs = dev_->stats(q->index);
+        const auto& bs = remote() ? kRemoteStats : dev_->stats(q->index);
         const port::TapPort& ta = *q->tap_a;
-        const port::TapPort& tb = *tap_b_[q->index];
+        const port::TapPort* tbp = remote() ? kNoTap : tap_b_[q->index].get();
         RingRelayQueueCounters& qc = c.queues[q->index];
-        qc.a_to_b_pkts = bs.tx_pkts.get();
-        qc.a_to_b_bytes = bs.tx_bytes.get();
+        // With a remote backend: what it consumed, as the guest saw it completed.
+        qc.a_to_b_pkts = remote() ? fs.tx_completions.get() : bs.tx_pkts.get();
+        qc.a_to_b_bytes = bs.tx_bytes.get();  // 0 with a remote backend: serve counts them
         qc.b_to_a_pkts = fs.rx_pkts.get();
         qc.b_to_a_bytes = fs.rx_bytes.get();
         qc.kicks = fs.rx_kicks.get() + fs.tx_kicks.get();
         qc.interrupts = bs.rx_calls.get() + bs.tx_calls.get();
         qc.a_read = ta.rx_pkts.get();
-        qc.b_read = tb.rx_pkts.get();
+        qc.b_read = tbp != nullptr ? tbp->rx_pkts.get() : 0;
         qc.napi_polls = fs.napi_polls.get();
         qc.tx_completions = fs.tx_completions.get();
         c.a_to_b_pkts += qc.a_to_b_pkts;
@@ -472,9 +551,9 @@ RingRelayCounters RingRelay::counters() const {
         c.direct_pkts += bs.direct_pkts.get();
         c.direct_busy += bs.direct_busy.get();
         c.tap_a_drops += drops(ta) + q->tap_a_full.get();
-        c.tap_b_drops += drops(tb);
+        c.tap_b_drops += tbp != nullptr ? drops(*tbp) : 0;
         c.tap_a_einval += ta.tx_drop_errno.get(port::TapErrno::Inval);
-        c.tap_b_einval += tb.tx_drop_errno.get(port::TapErrno::Inval);
+        c.tap_b_einval += tbp != nullptr ? tbp->tx_drop_errno.get(port::TapErrno::Inval) : 0;
         c.gso_frames_tx += q->gso_tx.get();
         c.gso_frames_rx += q->gso_rx.get();
         c.max_tx_frame = std::max(c.max_tx_frame, q->max_tx_frame.get());
@@ -488,19 +567,21 @@ RingRelayCounters RingRelay::counters() const {
         c.g2h_bad_chain += bs.tx_drop_bad_chain.get();
         c.g2h_port_drops += bs.tx_drop_port.get();
         c.g2h_in_flight += tx_in_flight(q->index);
-        c.b_written += tb.tx_pkts.get();
-        c.b_write_drops += tb.tx_drops();
-        c.b_write_retry += tb.tx_retry.get();
+        if (tbp != nullptr) {
+            c.b_written += tbp->tx_pkts.get();
+            c.b_write_drops += tbp->tx_drops();
+            c.b_write_retry += tbp->tx_retry.get();
+            c.b_read_drops += tbp->rx_drops();
+        }
         c.g2h_retry += bs.tx_retry.get();
-        c.b_read_drops += tb.rx_drops();
-        c.h2g_delivered += bs.rx_pkts.get();
+        c.h2g_delivered += remote() ? fs.rx_pkts.get() : bs.rx_pkts.get();
         c.h2g_no_room += bs.rx_drop_no_room.get();
         c.h2g_bad_chain += bs.rx_drop_bad_chain.get();
         c.h2g_bad_len += fs.rx_drop_bad_len.get();
         c.h2g_length_errors += fs.rx_length_errors.get();
         // The guest's rx_pkts counts every first used entry, the short ones too.
         const uint64_t reaped = fs.rx_pkts.get() - std::min(fs.rx_pkts.get(), fs.rx_drop_bad_len.get());
-        const uint64_t delivered = bs.rx_pkts.get();
+        const uint64_t delivered = remote() ? fs.rx_pkts.get() : bs.rx_pkts.get();
         c.h2g_in_flight += delivered > reaped ? delivered - reaped : 0;
         c.h2g_lost += q->lost_rx.get();
         c.a_written += ta.tx_pkts.get();

@@ -57,6 +57,7 @@
 #include "pvnet/port/tap_port.h"
 #include "pvnet/util/counters.h"
 #include "pvnet/util/result.h"
+#include "pvnet/vhost_user/frontend.h"
 
 namespace pvnet::relay {
 
@@ -89,6 +90,13 @@ struct RingRelayConfig {
     /// `symmetric` (rx queue i → tx queue i in xps_rxqs).
     std::vector<std::pair<uint16_t, std::string>> xps_cpus, xps_rxqs;
     bool symmetric = false;
+    /// Two processes (issue 14, seed 002's shape): tap B and the backend are
+    /// `pvnet serve --tap B` behind this vhost-user socket, and this process
+    /// is the guest alone (host_tap, the backend knobs and the direct path
+    /// are the other process's). One queue pair; no control queue (serve
+    /// offers none), so no coalescing request; offloads only if serve offers them.
+    std::string vhost_user;
+    bool vhost_user_server = false;  ///< listen on the socket (serve --client connects)
 };
 
 inline constexpr uint16_t kMaxRelayQueues = 16;
@@ -123,6 +131,10 @@ struct RingRelayCounters {
     uint64_t tap_a_einval = 0, tap_b_einval = 0;  ///< ... of which a bad vnet header
     uint64_t ring_drops = 0;  ///< frames dropped at the rings (no room, bad length)
     bool broken = false;      ///< a queue broke (device needs reset)
+    /// With vhost_user: the backend's counters are the serve process's (the
+    /// backend and tap B fields above are then the guest's view or 0).
+    bool remote_backend = false;
+    uint64_t backend_losses = 0, backend_reconnects = 0;
 
     // Accounting, per direction (frames in = frames out + drops by reason).
     // After stop() the rings are drained (bounded): both in-flight counts
@@ -191,6 +203,7 @@ public:
     const frontend::QueuePair& guest(uint16_t i = 0) const noexcept {
         return tb_.fe().queue_pair(i);
     }
+    /// The in-process backend (not with vhost_user).
     const backend::VhostNet<port::TapPort>& backend() const noexcept { return *dev_; }
     const port::TapPort& tap_a(uint16_t i = 0) const noexcept { return *queues_[i]->tap_a; }
     const port::TapPort& tap_b(uint16_t i = 0) const noexcept { return *tap_b_[i]; }
@@ -245,14 +258,20 @@ private:
     bool send_frame(GuestQueue& q, frontend::QueuePair& qp, uint32_t used, uint32_t len) noexcept;
     /// One received packet into tap A (the rx NAPI sink).
     bool deliver_rx(GuestQueue& q, std::span<const frontend::RxPiece> pieces) noexcept;
-    /// Chains queued on pair i's tx the backend has not consumed.
+    /// Chains queued on pair i's tx the backend has not consumed (with
+    /// vhost_user: not yet reaped as completed).
     uint64_t tx_in_flight(uint16_t i) const noexcept;
+    bool any_broken() const noexcept;
+    bool remote() const noexcept { return vu_ != nullptr; }
 
     RingRelayConfig cfg_;
     pair::GuestPair tb_;
     std::vector<std::unique_ptr<GuestQueue>> queues_;
     std::vector<std::unique_ptr<port::TapPort>> tap_b_;
     std::unique_ptr<backend::VhostNet<port::TapPort>> dev_;
+    std::unique_ptr<vhost_user::Frontend> vu_;  ///< with vhost_user, instead of dev_
+    std::unique_ptr<vhost_user::Reconnector> reconnector_;
+    Counter vu_losses_, vu_reconnects_;
     frontend::FlowRxQueueTable flows_;  ///< with xps: each flow's last rx queue
     std::atomic<bool> stop_{false};
     std::atomic<bool> draining_{false};  ///< stop(): no more reads from tap A
