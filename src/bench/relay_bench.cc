@@ -50,10 +50,11 @@ Result<RelayVariant, std::string> relay_variant(std::string_view name) {
     }
     const auto unknown = [&] {
         return unexpected("unknown variant '" + v.name +
-                          "': veth, plain, plain-nooff, or napi[+at-rx][+direct[+spin]][+coalesce] "
+                          "': veth, plain, plain-nooff, or "
+                          "napi[+at-rx][+direct[+spin]][+coalesce][+vu] "
                           "(parts in this order)");
     };
-    constexpr std::string_view kParts[] = {"at-rx", "direct", "spin", "coalesce"};
+    constexpr std::string_view kParts[] = {"at-rx", "direct", "spin", "coalesce", "vu"};
     bool has[std::size(kParts)] = {};
     if (name.substr(0, 4) != "napi") return unknown();
     std::string_view rest = name.substr(4);
@@ -71,10 +72,15 @@ Result<RelayVariant, std::string> relay_variant(std::string_view name) {
     }
     const bool at_rx = has[0], direct = has[1], spin = has[2], coalesce = has[3];
     if (spin && !direct) return unexpected("variant '" + v.name + "': +spin needs +direct");
+    v.two_process = has[4];
+    if (v.two_process && (direct || coalesce)) {
+        // Both are the backend's, in the other process.
+        return unexpected("variant '" + v.name + "': +vu takes neither +direct nor +coalesce");
+    }
     // Every mechanism explicit, on or off, so the label is the whole story.
     v.relay_args = {"--tx-mode", "napi"};
     if (at_rx) v.relay_args.push_back("--at-rx");  // off by default: the relay has no --no-at-rx
-    v.relay_args.push_back(direct ? "--direct" : "--no-direct");
+    if (!v.two_process) v.relay_args.push_back(direct ? "--direct" : "--no-direct");
     if (spin) v.relay_args.insert(v.relay_args.end(), {"--direct-spin-usecs", "50"});
     if (coalesce) v.relay_args.insert(v.relay_args.end(), {"--tx-frames", "64", "--tx-usecs", "64"});
     return v;
@@ -100,9 +106,23 @@ Result<std::unique_ptr<RelayBed>, std::string> RelayBed::create(const RelayVaria
     } else {
         bed->if_a_ = "pvt-a";
         bed->if_b_ = "pvt-b";
-        bed->relay_argv_ = {pvnet_exe,      "relay",       "--guest-tap",  bed->if_a_,
-                            "--host-tap",   bed->if_b_,    "--guest-netns", bed->ns_a(),
-                            "--host-netns", bed->ns_b(),   "--stats-interval", "0"};
+        bed->relay_argv_ = {pvnet_exe, "relay", "--guest-tap", bed->if_a_, "--guest-netns",
+                            bed->ns_a(), "--stats-interval", "0"};
+        if (variant.two_process) {
+            const std::string sock = "/tmp/pvnet-relay-" + tag + ".sock";
+            auto be = lab::Child::spawn({pvnet_exe, "serve", "--vhost-user", sock, "--tap",
+                                         bed->if_b_, "--netns", bed->ns_b()});
+            if (!be) return unexpected(be.error());
+            bed->backend_.emplace(std::move(*be));
+            if (!bed->backend_->wait_for_line("ready", std::chrono::seconds(10))) {
+                bed->backend_->stop();
+                return unexpected("pvnet serve not ready: " + bed->backend_->output_tail(2000));
+            }
+            bed->relay_argv_.insert(bed->relay_argv_.end(), {"--vhost-user", sock});
+        } else {
+            bed->relay_argv_.insert(bed->relay_argv_.end(),
+                                    {"--host-tap", bed->if_b_, "--host-netns", bed->ns_b()});
+        }
         bed->relay_argv_.insert(bed->relay_argv_.end(), variant.relay_args.begin(),
                                 variant.relay_args.end());
         // stdin: the relay's run-time commands (relay_command).
@@ -143,9 +163,26 @@ std::optional<pid_t> RelayBed::relay_pid() const noexcept {
     return relay_->pid();
 }
 
+std::optional<pid_t> RelayBed::backend_pid() const noexcept {
+    if (!backend_ || backend_->pid() < 0) return std::nullopt;
+    return backend_->pid();
+}
+
+Result<uint64_t, std::string> RelayBed::cpu_ns() const {
+    uint64_t sum = 0;
+    for (const auto pid : {relay_pid(), backend_pid()}) {
+        if (!pid) continue;
+        auto c = process_cpu_ns(*pid);
+        if (!c) return unexpected(c.error());
+        sum += *c;
+    }
+    return sum;
+}
+
 std::string RelayBed::stop_relay() {
     if (!relay_) return {};
     relay_->stop();
+    if (backend_) backend_->stop();
     return relay_->output();
 }
 
@@ -221,22 +258,16 @@ Result<IperfResult, std::string> run_iperf3(RelayBed& bed, uint16_t flows, doubl
     auto before = if_counters(bed.ns_b(), bed.if_b());
     if (!before) return unexpected(before.error());
     const auto pid = bed.relay_pid();
-    uint64_t cpu0 = 0;
-    if (pid) {
-        auto c = process_cpu_ns(*pid);
-        if (!c) return unexpected(c.error());
-        cpu0 = *c;
-    }
+    auto c0 = bed.cpu_ns();
+    if (!c0) return unexpected(c0.error());
+    const uint64_t cpu0 = *c0;
     // -n runs as long as the path needs: bounded at 1 s per 100 MB plus setup.
     const auto timeout = milliseconds(static_cast<int64_t>(
         1000 * (bytes != 0 ? 20.0 + static_cast<double>(bytes) / 1e8 : seconds + 30)));
     auto out = lab::run(lab::in_netns(bed.ns_a(), cmd), timeout);
-    uint64_t cpu1 = cpu0;
-    if (pid) {
-        auto c = process_cpu_ns(*pid);
-        if (!c) return unexpected(c.error());
-        cpu1 = *c;
-    }
+    auto c1 = bed.cpu_ns();
+    if (!c1) return unexpected(c1.error());
+    const uint64_t cpu1 = *c1;
     auto after = if_counters(bed.ns_b(), bed.if_b());
     server->finish(milliseconds(5000));
     if (!out) return unexpected(out.error());

@@ -530,7 +530,8 @@ RingRelayCounters RingRelay::counters() const {
         RingRelayQueueCounters& qc = c.queues[q->index];
         // With a remote backend: what it consumed, as the guest saw it completed.
         qc.a_to_b_pkts = remote() ? fs.tx_completions.get() : bs.tx_pkts.get();
-        qc.a_to_b_bytes = bs.tx_bytes.get();  // 0 with a remote backend: serve counts them
+        // With a remote backend: the bytes read from tap A (headers included), as queued.
+        qc.a_to_b_bytes = remote() ? ta.rx_bytes.get() : bs.tx_bytes.get();
         qc.b_to_a_pkts = fs.rx_pkts.get();
         qc.b_to_a_bytes = fs.rx_bytes.get();
         qc.kicks = fs.rx_kicks.get() + fs.tx_kicks.get();

@@ -29,12 +29,47 @@ inline uint64_t expect_counter(const std::string& line, const std::string& key) 
     return v.value_or(0);
 }
 
+/// `pvnet serve`'s final line for queue pair 0 of its device ("final dev=0 ... q=0 ...").
+inline std::string serve_queue_line(const std::string& out) {
+    std::size_t at = 0;
+    while ((at = out.find("final ", at)) != std::string::npos) {
+        const std::size_t end = out.find('\n', at);
+        const std::string line = out.substr(at, end == std::string::npos ? end : end - at);
+        if ((at == 0 || out[at - 1] == '\n') && line.find(" q=0 ") != std::string::npos) {
+            return line;
+        }
+        at += 6;
+    }
+    return {};
+}
+
 /// After a run: frames in = frames out + drops by reason, per direction,
 /// from the relay's final line (DESIGN.md: a packet is never lost silently).
-inline void expect_frames_accounted(const std::string& out, bool plain) {
+/// A two-process relay's backend half is `backend_out`, serve's final lines.
+inline void expect_frames_accounted(const std::string& out, bool plain,
+                                    const std::string& backend_out = {}) {
     const std::string line = final_line(out);
     ASSERT_FALSE(line.empty()) << "no final line: " << out;
     const auto get = [&](const std::string& k) { return expect_counter(line, k); };
+    if (line.find(" backend=remote ") != std::string::npos) {
+        const std::string be = serve_queue_line(backend_out);
+        ASSERT_FALSE(be.empty()) << "no final queue line from pvnet serve: " << backend_out;
+        const auto bget = [&](const std::string& k) { return expect_counter(be, k); };
+        EXPECT_EQ(get("a_read"), get("g2h_queued") + get("g2h_ring_full") + get("g2h_lost")) << line;
+        EXPECT_EQ(get("g2h_in_flight"), 0u) << line;
+        // Across the socket: every chain the guest queued was taken by serve's backend.
+        EXPECT_EQ(get("g2h_queued"),
+                  bget("tx_pkts") + bget("tx_drop_bad_chain") + bget("tx_drop_port"))
+            << line << "\n" << be;
+        // What serve delivered into guest buffers is what the guest reaped.
+        EXPECT_EQ(get("h2g_frames") - get("h2g_bad_len"), bget("rx_pkts")) << line << "\n" << be;
+        EXPECT_EQ(get("h2g_frames") - get("h2g_bad_len"),
+                  get("a_written") + get("a_write_drops") + get("a_full") + get("h2g_lost") +
+                      get("h2g_length_errors"))
+            << line;
+        EXPECT_EQ(get("broken"), 0u) << line;
+        return;
+    }
     if (plain) {
         for (const char* d : {"g2h", "h2g"}) {
             const std::string p = d;

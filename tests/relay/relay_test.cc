@@ -30,6 +30,7 @@ namespace {
 struct RelayCase {
     const char* name;  ///< gtest-safe (letters, digits, underscores)
     std::vector<std::string> flags;
+    bool two_process = false;  ///< the backend in a `pvnet serve` process (RelayVariant)
 };
 
 /// Names the case in test listings (gtest would print its bytes).
@@ -47,6 +48,7 @@ const RelayCase kRingRelays[] = {
                      "--busyloop-usecs", "20"}},
     {"FreeOnXmitCoalesce", {"--tx-mode", "free-on-xmit", "--tx-frames", "64", "--tx-usecs", "64"}},
     {"NapiDirectQueues2", {"--tx-mode", "napi", "--at-rx", "--direct", "--queues", "2"}},
+    {"NapiTwoProcess", {"--tx-mode", "napi"}, true},
 };
 
 std::vector<RelayCase> all_relays() {
@@ -62,7 +64,7 @@ protected:
                                     "namespaces and taps; run them as root";
         lab::remove_stale_netns(kRelayNetnsPrefix);
         static int n = 0;
-        RelayVariant v{GetParam().name, false, GetParam().flags};
+        RelayVariant v{GetParam().name, false, GetParam().flags, GetParam().two_process};
         std::string tag = "t";
         tag += std::to_string(getpid());
         tag += '-';
@@ -75,7 +77,9 @@ protected:
     /// Every run of every variant ends with its frames accounted for.
     void TearDown() override {
         if (!bed_) return;
-        expect_frames_accounted(bed_->stop_relay(), GetParam().name == std::string("Plain"));
+        const std::string out = bed_->stop_relay();
+        expect_frames_accounted(out, GetParam().name == std::string("Plain"),
+                                bed_->backend_output());
     }
 
     std::unique_ptr<RelayBed> bed_;

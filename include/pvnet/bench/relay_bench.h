@@ -32,13 +32,17 @@ struct RelayVariant {
     std::string name;
     bool veth = false;
     std::vector<std::string> relay_args;  ///< after `relay --guest-tap ... --host-netns ...`
+    /// Two processes: tap B and the backend are a `pvnet serve --tap` child,
+    /// the relay reaches it with --vhost-user (issue 14).
+    bool two_process = false;
 };
 
 /// veth; plain (the plain tun relay), plain-nooff (the same without
 /// offloads); or the ring relay in tx NAPI mode, "napi" plus, in this order,
 /// any of "+at-rx" (tx completions reaped from rx NAPI), "+direct" (the
 /// direct path, off otherwise), "+spin" (with +direct: spin 50 us for the
-/// answer) and "+coalesce" (tx interrupts coalesced, 64 frames / 64 us).
+/// answer), "+coalesce" (tx interrupts coalesced, 64 frames / 64 us) and
+/// "+vu" (two processes: the backend in `pvnet serve`, over vhost-user; not with +direct).
 /// The relay's arguments are made from the name's parts, nothing else.
 Result<RelayVariant, std::string> relay_variant(std::string_view name);
 
@@ -68,11 +72,17 @@ public:
     const std::string& if_b() const noexcept { return if_b_; }
     /// The relay process (nullopt for veth).
     std::optional<pid_t> relay_pid() const noexcept;
+    /// The two-process relay's backend, `pvnet serve` (nullopt otherwise).
+    std::optional<pid_t> backend_pid() const noexcept;
+    /// CPU time of the relay and its backend process, ns (0 for veth).
+    Result<uint64_t, std::string> cpu_ns() const;
     /// The relay's command line as run (empty for veth).
     const std::vector<std::string>& relay_argv() const noexcept { return relay_argv_; }
-    /// Stops the relay and returns its output (its "final" counters line);
-    /// empty for veth.
+    /// Stops the relay (then its backend) and returns the relay's output
+    /// (its "final" counters line); empty for veth.
     std::string stop_relay();
+    /// The two-process relay's backend output (its final lines once stopped).
+    std::string backend_output() const { return backend_ ? backend_->output() : std::string(); }
     /// Writes a run-time command line to the relay's stdin and returns its
     /// reply ("<line>: ok" or "<line>: error: ..."), within 5 s.
     Result<std::string, std::string> relay_command(const std::string& line);
@@ -84,6 +94,7 @@ private:
     std::optional<lab::NetnsBed> netns_;
     std::string if_a_, if_b_;
     std::vector<std::string> relay_argv_;
+    std::optional<lab::Child> backend_;  ///< before relay_: stopped after it
     std::optional<lab::Child> relay_;
 };
 
