@@ -37,6 +37,7 @@ void add_bench_pvp(CLI::App& bench) {
         std::string json;
         bool testpmd = false;
         std::string plot;
+        std::string transport = "in-process";
     };
     auto o = std::make_shared<Opts>();
     CLI::App* cmd = bench.add_subcommand("pvp", "PVP loop: generator → rx ring → guest forward → tx ring → sink");
@@ -70,6 +71,10 @@ void add_bench_pvp(CLI::App& bench) {
                     "PNG: Mpps vs queue size, a line per weight, a panel per frame size")
         ->check(checks::OutputPath())
         ->check(checks::NeedsTool("gnuplot", "apt-get install gnuplot-nox"));
+    cmd->add_option("--transport", o->transport,
+                    "where the backend runs: in-process (a worker thread), vhost-user (a `pvnet "
+                    "serve --gen-loop` process), or both, interleaved, with their ratio")
+        ->check(checks::OneOf({"in-process", "vhost-user", "both"}));
     cmd->add_flag("--testpmd", o->testpmd,
                   "baseline: DPDK testpmd's virtio-user (io) <-> vhost (macswap) loop, run once "
                   "per round and queue size before pvnet's cells (root, hugepages, dpdk-dev)");
@@ -86,12 +91,21 @@ void add_bench_pvp(CLI::App& bench) {
             uint32_t frame;
             uint16_t queue;
             WeightRow w;
+            bench::PvpTransport transport;
             std::vector<bench::PvpResult> runs;
+        };
+        std::vector<bench::PvpTransport> transports;
+        if (o->transport != "vhost-user") transports.push_back(bench::PvpTransport::InProcess);
+        if (o->transport != "in-process") transports.push_back(bench::PvpTransport::VhostUser);
+        const auto tname = [](bench::PvpTransport t) {
+            return t == bench::PvpTransport::VhostUser ? "vhost-user" : "in-process";
         };
         std::vector<Cell> cells;
         for (uint32_t f : o->frames)
             for (uint16_t q : o->queues)
-                for (const auto& w : o->weights) cells.push_back({f, q, parse_weight(w, q, o->byte_weight), {}});
+                for (const auto& w : o->weights)
+                    for (const auto t : transports)
+                        cells.push_back({f, q, parse_weight(w, q, o->byte_weight), t, {}});
 
         const std::size_t total = cells.size() * static_cast<std::size_t>(o->repeat);
         std::size_t done = 0;
@@ -123,10 +137,12 @@ void add_bench_pvp(CLI::App& bench) {
                 cfg.warmup_s = o->warmup;
                 cfg.backend_cpu = o->backend_cpu;
                 cfg.frontend_cpu = o->frontend_cpu;
+                cfg.transport = c.transport;
+                cfg.pvnet_exe = self_exe();
                 bench::PvpResult res = bench::run_pvp(cfg);
                 ++done;
-                std::fprintf(stderr, "\r[%zu/%zu] %4u B q%-5u %-11s %7.3f Mpps%s   ", done, total,
-                             c.frame, c.queue, c.w.name.c_str(), res.mpps,
+                std::fprintf(stderr, "\r[%zu/%zu] %4u B q%-5u %-11s %-10s %7.3f Mpps%s   ", done,
+                             total, c.frame, c.queue, c.w.name.c_str(), tname(c.transport), res.mpps,
                              res.ok ? "" : (" ERROR: " + res.error).c_str());
                 if (!res.ok) all_ok = false;
                 c.runs.push_back(res);
@@ -136,9 +152,11 @@ void add_bench_pvp(CLI::App& bench) {
 
         // The seed's table: a row per weight, a column per queue size, per frame size.
         const char* mode = o->mode.c_str();
+        for (const auto t : transports)
         for (uint32_t f : o->frames) {
-            std::printf("\nPVP %u-byte frames, %s mode, EVENT_IDX %s: Mpps median (min–max) of %d\n",
-                        f, mode, o->no_event_idx ? "off" : "on", o->repeat);
+            std::printf("\nPVP %u-byte frames, %s mode, EVENT_IDX %s, backend %s: Mpps median "
+                        "(min–max) of %d\n",
+                        f, mode, o->no_event_idx ? "off" : "on", tname(t), o->repeat);
             std::printf("%-12s", "queue size");
             for (uint16_t q : o->queues) std::printf(" %22u", q);
             std::printf("\n");
@@ -149,7 +167,7 @@ void add_bench_pvp(CLI::App& bench) {
                 std::printf("%-12s", label.c_str());
                 for (uint16_t q : o->queues) {
                     for (const Cell& c : cells) {
-                        if (c.frame != f || c.queue != q || c.w.name != parse_weight(wname, q, o->byte_weight).name) continue;
+                        if (c.transport != t || c.frame != f || c.queue != q || c.w.name != parse_weight(wname, q, o->byte_weight).name) continue;
                         std::vector<double> m;
                         for (const auto& r : c.runs) m.push_back(r.mpps);
                         const Stat s = stat_of(m);
@@ -182,9 +200,24 @@ void add_bench_pvp(CLI::App& bench) {
                             c.w.name.c_str(), s.median, s.min, s.max);
             }
         }
+        if (transports.size() == 2) {
+            // Each vhost-user run against the in-process run of the same round and cell.
+            std::printf("\nvhost-user / in-process Mpps, median (min–max) of same-round ratios\n");
+            for (std::size_t i = 0; i + 1 < cells.size(); i += 2) {
+                const Cell& in = cells[i];
+                const Cell& vu = cells[i + 1];
+                std::vector<double> ratio;
+                for (std::size_t r = 0; r < in.runs.size() && r < vu.runs.size(); ++r) {
+                    if (in.runs[r].mpps > 0) ratio.push_back(vu.runs[r].mpps / in.runs[r].mpps);
+                }
+                const Stat s = stat_of(ratio);
+                std::printf("  %4u B q%-5u %-12s %.3f (%.3f–%.3f)\n", in.frame, in.queue,
+                            in.w.name.c_str(), s.median, s.min, s.max);
+            }
+        }
         std::printf("\nper packet (medians): backend/frontend CPU ns and cycles (thread CPU time × rdtsc rate), "
                     "kicks, interrupts, weight requeues per 1000 pkts; drops by reason (sum of runs)\n");
-        std::printf("%-6s %-6s %-12s %9s %9s %9s %9s %8s %8s %7s %7s %10s %6s\n", "frame", "queue", "weight",
+        std::printf("%-10s %-6s %-6s %-12s %9s %9s %9s %9s %8s %8s %7s %7s %10s %6s\n", "backend", "frame", "queue", "weight",
                     "be ns", "fe ns", "be cyc", "fe cyc", "kicks", "irqs", "rxreq", "txreq", "tx-full",
                     "other");
         for (const Cell& c : cells) {
@@ -196,7 +229,7 @@ void add_bench_pvp(CLI::App& bench) {
                 tx_full += r.drop_tx_full;
                 other += r.drop_other;
             }
-            std::printf("%-6u %-6u %-12s %9.1f %9.1f %9.0f %9.0f %8.4f %8.4f %7.2f %7.2f %10llu %6llu\n", c.frame,
+            std::printf("%-10s %-6u %-6u %-12s %9.1f %9.1f %9.0f %9.0f %8.4f %8.4f %7.2f %7.2f %10llu %6llu\n", tname(c.transport), c.frame,
                         c.queue, c.w.name.c_str(),
                         med([](const auto& r) { return r.backend_cpu_ns_per_pkt; }),
                         med([](const auto& r) { return r.frontend_cpu_ns_per_pkt; }),
@@ -225,6 +258,7 @@ void add_bench_pvp(CLI::App& bench) {
                 jc["frame_bytes"] = c.frame;
                 jc["queue_size"] = c.queue;
                 jc["weight"] = c.w.name;
+                jc["transport"] = tname(c.transport);
                 jc["rx_pkt_weight"] = c.w.rx.pkts;
                 jc["tx_pkt_weight"] = c.w.tx.pkts;
                 std::vector<double> m;
@@ -271,7 +305,7 @@ void add_bench_pvp(CLI::App& bench) {
                     data << f << ' ' << q;
                     for (const auto& wname : o->weights) {
                         for (const Cell& c : cells) {
-                            if (c.frame != f || c.queue != q ||
+                            if (c.transport != transports.front() || c.frame != f || c.queue != q ||
                                 c.w.name != parse_weight(wname, q, o->byte_weight).name) {
                                 continue;
                             }

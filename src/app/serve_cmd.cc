@@ -1,7 +1,8 @@
 // `pvnet serve`: virtio-net devices for a VMM (QEMU's vhost-user netdev),
 // one per --vhost-user socket, each a backend::VhostNet over one port per
 // queue pair: IcmpEchoPort (--echo, a host that answers ARP and ping),
-// MacswapPort (--macswap, testpmd's macswap), a TapPort (--tap, into the
+// MacswapPort (--macswap, testpmd's macswap), GenLoopPort (--gen-loop, PVP's
+// generator and sink), a TapPort (--tap, into the
 // host's stack, optionally in a namespace) or a SwitchPort (--switch, a
 // learning switch between all the devices). Each device has its worker
 // thread (NetDevice::start) and a vhost_user::Server on its own thread.
@@ -49,6 +50,7 @@ struct ServeOptions {
     uint16_t queues = 1;
     std::string echo_ip, tap, netns;
     bool macswap = false;
+    uint32_t gen_loop = 0;  ///< frame bytes of the PVP generator and sink (0: not this port)
     bool l2switch = false;
     double switch_ageing = 300;  ///< seconds: Linux's bridge ageing_time default
     std::string mode = "event";
@@ -237,6 +239,12 @@ void run_serve(const ServeOptions& o) {
             }
             return std::move(*p);
         });
+    } else if (o.gen_loop != 0) {
+        auto fmt = port::FrameFormat::create(o.gen_loop);
+        if (!fmt) throw std::runtime_error("gen-loop: " + std::string(port::to_string(fmt.error())));
+        run<port::GenLoopPort>(o, [&](unsigned, uint16_t) {
+            return std::make_unique<port::GenLoopPort>(*fmt);
+        });
     } else if (o.l2switch) {
         port::SwitchConfig cfg;
         cfg.ageing = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -286,6 +294,12 @@ void add_serve_command(CLI::App& app) {
             ->check(checks::Ipv4());
     CLI::Option* macswap = cmd->add_flag(
         "--macswap", o->macswap, "port: return every frame with its MAC addresses swapped");
+    CLI::Option* gen_loop =
+        cmd->add_option("--gen-loop", o->gen_loop,
+                        "port: PVP's generator (floods the rx ring with frames of this many bytes) "
+                        "and sequence-checking sink (takes the tx ring), as `pvnet bench pvp "
+                        "--transport vhost-user` runs it")
+            ->check(Int(port::kMinFrameBytes, port::kMaxFrameBytes));
     CLI::Option* tap = cmd->add_option("--tap", o->tap,
                                        "port: this tap (created, or attached to); offloads as the guest negotiates")
                            ->check(checks::IfName());
@@ -315,12 +329,12 @@ void add_serve_command(CLI::App& app) {
                     "offers")
         ->check(Int<uint16_t>(68, 9000));
 
-    cmd->callback([o, echo, macswap, tap, l2switch, ageing, netns, busyloop] {
+    cmd->callback([o, echo, macswap, gen_loop, tap, l2switch, ageing, netns, busyloop] {
         // Checks across options, before anything opens: CLI11's errors, so the same exit code.
-        const std::size_t ports =
-            echo->count() + macswap->count() + tap->count() + l2switch->count();
+        const std::size_t ports = echo->count() + macswap->count() + gen_loop->count() +
+                                  tap->count() + l2switch->count();
         if (ports != 1) {
-            throw CLI::ValidationError("--echo/--macswap/--tap/--switch",
+            throw CLI::ValidationError("--echo/--macswap/--gen-loop/--tap/--switch",
                                        "exactly one port kind is required (" +
                                            std::to_string(ports) + " given)");
         }

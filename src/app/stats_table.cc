@@ -95,6 +95,25 @@ CounterTable<port::MacswapPort> port_counters<port::MacswapPort>() {
 }
 
 template <>
+CounterTable<port::GenLoopPort> port_counters<port::GenLoopPort>() {
+    using S = port::GenLoopPort;
+    // The PVP generator and sink (`serve --gen-loop`): sent = sink_pkts + sink_lost - sink_reordered.
+    static const CounterField<S> t[] = {
+        CounterField<S>{"gen_pkts", [](const S& s) { return s.gen().stats().gen_pkts; }},
+        CounterField<S>{"sink_pkts", [](const S& s) { return s.sink().stats().sink_pkts; }},
+        CounterField<S>{"sink_lost", [](const S& s) { return s.sink().stats().sink_lost; }},
+        CounterField<S>{"sink_reordered", [](const S& s) { return s.sink().stats().sink_reordered; }},
+        CounterField<S>{"sink_duplicates",
+                        [](const S& s) { return s.sink().stats().sink_duplicates; }},
+        CounterField<S>{"sink_drop_corrupt",
+                        [](const S& s) { return s.sink().stats().sink_drop_corrupt; }},
+        CounterField<S>{"sink_drop_bad_len",
+                        [](const S& s) { return s.sink().stats().sink_drop_bad_len; }},
+    };
+    return t;
+}
+
+template <>
 CounterTable<port::IcmpEchoPort> port_counters<port::IcmpEchoPort>() {
     using S = port::IcmpEchoPort;
     static const std::vector<CounterField<S>> t = [] {

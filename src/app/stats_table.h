@@ -16,6 +16,7 @@
 
 #include "pvnet/backend/net_device.h"
 #include "pvnet/port/icmp_echo_port.h"
+#include "pvnet/port/gen_loop_port.h"
 #include "pvnet/port/macswap_port.h"
 #include "pvnet/port/switch_port.h"
 #include "pvnet/port/tap_port.h"
@@ -45,6 +46,8 @@ template <>
 CounterTable<port::TapPort> port_counters<port::TapPort>();
 template <>
 CounterTable<port::SwitchPort> port_counters<port::SwitchPort>();
+template <>
+CounterTable<port::GenLoopPort> port_counters<port::GenLoopPort>();
 
 /// One struct's counters read at one moment. `group` names the JSON object;
 /// `prefix` goes before each name on a key=value line (keeps port_tx_pkts

@@ -8,8 +8,14 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <unistd.h>
 
+#include "pvnet/bench/relay_bench.h"
 #include "pvnet/frontend/virtio_net.h"
+#include "pvnet/lab/child.h"
+#include "pvnet/lab/tool_output.h"
+#include "pvnet/vhost_user/frontend.h"
+#include "pvnet/virtio/virtio_config.h"
 #include "pvnet/port/gen_loop_port.h"
 #include "pvnet/util/clock.h"
 #include "pvnet/pair/guest_pair.h"
@@ -22,6 +28,36 @@ namespace {
 struct Sample {
     uint64_t t_ns, delivered, be_cpu, fe_cpu, kicks, irqs, rx_req, tx_req;
 };
+
+// The guest: NAPI rx poll, forward each frame to tx, free-on-xmit.
+void guest_forward(frontend::QueuePair& guest_dev, const PvpConfig& cfg,
+                   const std::atomic<bool>& stop) noexcept {
+    const bool poll_mode = cfg.mode == backend::RunMode::Poll;
+    pin_current_thread(cfg.frontend_cpu);
+    if (poll_mode) guest_dev.disable_interrupts();
+    guest_dev.try_fill_recv();
+    while (!stop.load(std::memory_order_relaxed)) {
+        guest_dev.free_old_xmit();
+        const uint32_t budget =
+            cfg.backpressure ? std::min<uint32_t>(frontend::kNapiBudget,
+                                                  guest_dev.tx_queue().num_free())
+                             : frontend::kNapiBudget;
+        const uint32_t n = guest_dev.poll_rx(
+            budget, [&](uint32_t id, std::byte*, uint32_t len) {
+                guest_dev.xmit(id, len);  // frees the buffer itself on a full ring
+                return true;
+            });
+        if (n != 0) {
+            guest_dev.tx_flush();
+            guest_dev.try_fill_recv();
+        }
+        if (!poll_mode && n < budget && guest_dev.napi_complete()) {
+            guest_dev.wait_rx(10'000);
+        }
+    }
+}
+
+PvpResult run_pvp_vhost_user(const PvpConfig& cfg) noexcept;
 
 }  // namespace
 
@@ -38,6 +74,7 @@ double tsc_per_ns() noexcept {
 }
 
 PvpResult run_pvp(const PvpConfig& cfg) noexcept {
+    if (cfg.transport == PvpTransport::VhostUser) return run_pvp_vhost_user(cfg);
     PvpResult res;
     auto fmt = port::FrameFormat::create(cfg.frame_bytes);
     if (!fmt) {
@@ -62,33 +99,8 @@ PvpResult run_pvp(const PvpConfig& cfg) noexcept {
     frontend::QueuePair& guest_dev = tb.qp();
     backend::VhostNet<port::GenLoopPort>& dev = **be;
 
-    // The guest: NAPI rx poll, forward each frame to tx, free-on-xmit.
     std::atomic<bool> guest_stop{false};
-    const bool poll_mode = cfg.mode == backend::RunMode::Poll;
-    std::thread guest_thread([&] {
-        pin_current_thread(cfg.frontend_cpu);
-        if (poll_mode) guest_dev.disable_interrupts();
-        guest_dev.try_fill_recv();
-        while (!guest_stop.load(std::memory_order_relaxed)) {
-            guest_dev.free_old_xmit();
-            const uint32_t budget =
-                cfg.backpressure ? std::min<uint32_t>(frontend::kNapiBudget,
-                                                      guest_dev.tx_queue().num_free())
-                                 : frontend::kNapiBudget;
-            const uint32_t n = guest_dev.poll_rx(
-                budget, [&](uint32_t id, std::byte*, uint32_t len) {
-                    guest_dev.xmit(id, len);  // frees the buffer itself on a full ring
-                    return true;
-                });
-            if (n != 0) {
-                guest_dev.tx_flush();
-                guest_dev.try_fill_recv();
-            }
-            if (!poll_mode && n < budget && guest_dev.napi_complete()) {
-                guest_dev.wait_rx(10'000);
-            }
-        }
-    });
+    std::thread guest_thread([&] { guest_forward(guest_dev, cfg, guest_stop); });
 
     auto sample = [&]() -> Sample {
         const auto& fs = guest_dev.stats();
@@ -192,5 +204,148 @@ PvpResult run_pvp(const PvpConfig& cfg) noexcept {
     else if (res.corrupt != 0) res.error = "corrupt frames";
     return res;
 }
+
+
+/// run_pvp with the backend in a `pvnet serve --gen-loop` process: the guest
+/// forwards as in process; the rate is what it forwarded (the sink is
+/// serve's), the books are closed from serve's final counters.
+namespace {
+PvpResult run_pvp_vhost_user(const PvpConfig& cfg) noexcept {
+    PvpResult res;
+    const std::string sock = "/tmp/pvnet-pvp-" + std::to_string(::getpid()) + ".sock";
+    const auto u = [](uint64_t v) { return std::to_string(v); };
+    const std::vector<std::string> argv = {
+        cfg.pvnet_exe, "serve", "--vhost-user", sock, "--gen-loop", u(cfg.frame_bytes),
+        "--mode", cfg.mode == backend::RunMode::Poll ? "poll" : "event",
+        "--rx-weight", u(cfg.weight.pkts), "--rx-weight-bytes", u(cfg.weight.bytes),
+        "--tx-weight", u(cfg.tx_weight.pkts), "--tx-weight-bytes", u(cfg.tx_weight.bytes),
+        "--backend-cpu", std::to_string(cfg.backend_cpu)};
+    auto child = lab::Child::spawn(argv);
+    if (!child) {
+        res.error = child.error();
+        return res;
+    }
+    if (!child->wait_for_line("ready", std::chrono::seconds(10))) {
+        res.error = "pvnet serve not ready: " + child->output_tail(1000);
+        return res;
+    }
+    vhost_user::FrontendConfig fc;
+    fc.path = sock;
+    auto fe = vhost_user::Frontend::create(fc);
+    if (!fe) {
+        res.error = fe.error();
+        return res;
+    }
+    using namespace virtio;
+    const uint64_t wanted = feature_mask(VIRTIO_F_VERSION_1) |
+                            (cfg.event_idx ? feature_mask(VIRTIO_RING_F_EVENT_IDX) : 0);
+    auto f = (*fe)->connect(wanted);
+    pair::GuestPair tb;
+    if (!f) {
+        res.error = f.error().text;
+        return res;
+    }
+    if (auto err = tb.setup(cfg.queue_size, cfg.event_idx)) {
+        res.error = *err;
+        return res;
+    }
+    const mem::MemoryRegion& g = tb.guest_region();
+    if (auto st = (*fe)->start(tb.device_setup(), {g.fd(), pair::kGuestBase, g.size(), g.host()});
+        !st) {
+        res.error = st.error().text;
+        return res;
+    }
+    frontend::QueuePair& guest_dev = tb.qp();
+    std::atomic<bool> guest_stop{false};
+    std::thread guest_thread([&] { guest_forward(guest_dev, cfg, guest_stop); });
+    const pid_t be_pid = child->pid();
+    auto sample = [&]() -> Sample {
+        const auto& fs = guest_dev.stats();
+        return Sample{now_ns(),
+                      fs.tx_pkts.get(),
+                      [&] {
+                          auto c = process_cpu_ns(be_pid);
+                          return c ? *c : 0;
+                      }(),
+                      thread_cpu_ns(guest_thread.native_handle()),
+                      fs.rx_kicks.get() + fs.tx_kicks.get(),
+                      0,
+                      0,
+                      0};
+    };
+    sleep_s(cfg.warmup_s);
+    const Sample a = sample();
+    if (cfg.frames != 0) {
+        const uint64_t deadline = now_ns() + 60'000'000'000u;
+        while (guest_dev.stats().tx_pkts.get() < cfg.frames && now_ns() < deadline) sleep_s(0.01);
+    } else {
+        sleep_s(cfg.seconds);
+    }
+    const Sample b = sample();
+
+    // GET_VRING_BASE: serve stops both rings with every popped buffer used.
+    const auto stopped = (*fe)->stop();
+    guest_stop.store(true, std::memory_order_relaxed);
+    tb.rx_call().signal();
+    guest_thread.join();
+    // What the stop left in the rings: frames on rx the guest never forwarded,
+    // frames on tx serve never took.
+    guest_dev.free_old_xmit();
+    uint64_t left = guest_dev.tx_queue().in_flight();
+    while (const uint32_t n = guest_dev.poll_rx(frontend::kNapiBudget,
+                                                [&](uint32_t id, std::byte*, uint32_t) {
+                                                    guest_dev.free_buf(id);
+                                                    return true;
+                                                })) {
+        left += n;
+    }
+    const auto ex = child->stop(std::chrono::seconds(5));
+    const std::string line = lab::serve_queue_line(child->output(), "final").value_or("");
+    const auto get = [&](const char* k) { return lab::key_value(line, k).value_or(0); };
+    const auto& fs = guest_dev.stats();
+    res.generated = get("port_gen_pkts");
+    res.delivered = get("port_sink_pkts");
+    res.drop_tx_full = fs.tx_drop_ring_full.get();
+    res.drop_other = fs.rx_drop_bad_len.get() + get("rx_drop_no_room") +
+                     get("tx_drop_bad_chain") + get("port_sink_drop_corrupt") +
+                     get("port_sink_drop_bad_len");
+    res.be_rx = get("rx_pkts");
+    res.be_rx_no_room = get("rx_drop_no_room");
+    res.be_rx_bad_chain = get("rx_drop_bad_chain");
+    res.guest_rx = fs.rx_pkts.get();
+    res.guest_rx_bad_len = fs.rx_drop_bad_len.get();
+    res.guest_tx = fs.tx_pkts.get();
+    res.be_tx = get("tx_pkts");
+    res.be_tx_bad_chain = get("tx_drop_bad_chain");
+    res.be_tx_port = get("tx_drop_port");
+    res.corrupt = get("port_sink_drop_corrupt");
+    res.reordered = get("port_sink_reordered");
+    res.duplicates = get("port_sink_duplicates");
+    res.lost = get("port_sink_lost");
+    res.rx_max_run_pkts = get("rx_max_run_pkts");
+    res.tx_max_run_pkts = get("tx_max_run_pkts");
+
+    const double pkts = static_cast<double>(b.delivered - a.delivered);
+    res.window_s = static_cast<double>(b.t_ns - a.t_ns) / 1e9;
+    res.mpps = pkts / res.window_s / 1e6;
+    if (pkts > 0) {
+        res.backend_cpu_ns_per_pkt = static_cast<double>(b.be_cpu - a.be_cpu) / pkts;
+        res.frontend_cpu_ns_per_pkt = static_cast<double>(b.fe_cpu - a.fe_cpu) / pkts;
+        res.backend_cycles_per_pkt = res.backend_cpu_ns_per_pkt * tsc_per_ns();
+        res.frontend_cycles_per_pkt = res.frontend_cpu_ns_per_pkt * tsc_per_ns();
+        res.kicks_per_pkt = static_cast<double>(b.kicks - a.kicks) / pkts;
+    }
+    // generated = delivered + counted drops + what the stop left in the rings.
+    const bool balanced = res.delivered + res.drop_tx_full + res.drop_other + left == res.generated;
+    const bool broken = guest_dev.rx_queue().broken() || guest_dev.tx_queue().broken();
+    if (line.empty()) res.error = "no final counters from pvnet serve (" + ex.to_string() + ")";
+    else if (!stopped) res.error = "GET_VRING_BASE: " + stopped.error().text;
+    else if (broken) res.error = "a queue broke";
+    else if (!balanced) res.error = "frames unaccounted for";
+    else if (res.corrupt != 0) res.error = "corrupt frames";
+    res.ok = res.error.empty();
+    return res;
+}
+}  // namespace
 
 }  // namespace pvnet::bench

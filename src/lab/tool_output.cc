@@ -214,6 +214,24 @@ Result<PingReport, std::string> parse_ping(std::string_view text) {
     return r;
 }
 
+std::optional<std::string> serve_queue_line(std::string_view text, std::string_view tag,
+                                            uint16_t q) {
+    const std::string head = std::string(tag) + " dev=0 ";
+    const std::string qkey = " q=" + std::to_string(q) + " ";
+    std::optional<std::string> found;
+    std::size_t at = 0;
+    while ((at = text.find(head, at)) != std::string_view::npos) {
+        const std::size_t end = text.find('\n', at);
+        const std::string_view line =
+            text.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at);
+        if ((at == 0 || text[at - 1] == '\n') && line.find(qkey) != std::string_view::npos) {
+            found = std::string(line);
+        }
+        at += head.size();
+    }
+    return found;
+}
+
 std::optional<std::string> counters_line(std::string_view text, std::string_view tag) {
     std::string head(tag);
     head.push_back(' ');

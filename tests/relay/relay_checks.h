@@ -29,20 +29,6 @@ inline uint64_t expect_counter(const std::string& line, const std::string& key) 
     return v.value_or(0);
 }
 
-/// `pvnet serve`'s final line for queue pair 0 of its device ("final dev=0 ... q=0 ...").
-inline std::string serve_queue_line(const std::string& out) {
-    std::size_t at = 0;
-    while ((at = out.find("final ", at)) != std::string::npos) {
-        const std::size_t end = out.find('\n', at);
-        const std::string line = out.substr(at, end == std::string::npos ? end : end - at);
-        if ((at == 0 || out[at - 1] == '\n') && line.find(" q=0 ") != std::string::npos) {
-            return line;
-        }
-        at += 6;
-    }
-    return {};
-}
-
 /// After a run: frames in = frames out + drops by reason, per direction,
 /// from the relay's final line (DESIGN.md: a packet is never lost silently).
 /// A two-process relay's backend half is `backend_out`, serve's final lines.
@@ -52,7 +38,7 @@ inline void expect_frames_accounted(const std::string& out, bool plain,
     ASSERT_FALSE(line.empty()) << "no final line: " << out;
     const auto get = [&](const std::string& k) { return expect_counter(line, k); };
     if (line.find(" backend=remote ") != std::string::npos) {
-        const std::string be = serve_queue_line(backend_out);
+        const std::string be = lab::serve_queue_line(backend_out, "final").value_or("");
         ASSERT_FALSE(be.empty()) << "no final queue line from pvnet serve: " << backend_out;
         const auto bget = [&](const std::string& k) { return expect_counter(be, k); };
         EXPECT_EQ(get("a_read"), get("g2h_queued") + get("g2h_ring_full") + get("g2h_lost")) << line;

@@ -13,7 +13,14 @@
 
 namespace pvnet::bench {
 
+/// Where the backend runs: a worker thread of this process, or a `pvnet
+/// serve --gen-loop` process behind vhost-user (issue 14): the same
+/// generator, sink and weights, the guest's forwarding loop unchanged.
+enum class PvpTransport : uint8_t { InProcess, VhostUser };
+
 struct PvpConfig {
+    PvpTransport transport = PvpTransport::InProcess;
+    std::string pvnet_exe;     ///< runs `serve` for VhostUser (the bench passes its own path)
     uint32_t frame_bytes = 64;
     uint16_t queue_size = 256;
     backend::Weight weight;     ///< handle_rx's weight
@@ -53,8 +60,9 @@ struct PvpResult {
     uint64_t be_tx_bad_chain = 0, be_tx_port = 0, be_tx_retry = 0;
     // Measured window.
     double window_s = 0;
-    double mpps = 0;           ///< frames delivered per second / 1e6
-    double backend_cpu_ns_per_pkt = 0;   ///< thread CPU time
+    double mpps = 0;           ///< frames delivered per second / 1e6 (VhostUser: frames the
+                               ///< guest forwarded, the sink being in the other process)
+    double backend_cpu_ns_per_pkt = 0;   ///< thread CPU time (VhostUser: serve's whole process)
     double frontend_cpu_ns_per_pkt = 0;
     double backend_cycles_per_pkt = 0;   ///< CPU time × rdtsc rate
     double frontend_cycles_per_pkt = 0;

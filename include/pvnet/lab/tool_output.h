@@ -47,6 +47,10 @@ Result<PingReport, std::string> parse_ping(std::string_view text);
 /// "final" or "stats" counter lines), from that space on: every key on it
 /// then reads " key=", as key_value looks for. nullopt if there is none.
 std::optional<std::string> counters_line(std::string_view text, std::string_view tag);
+/// `pvnet serve`'s `tag` line for queue pair `q` of device 0 ("final dev=0 ... q=0 ..."),
+/// the last one; nullopt if there is none.
+std::optional<std::string> serve_queue_line(std::string_view text, std::string_view tag,
+                                            uint16_t q = 0);
 
 /// The value of ` key=` in pvnet's key=value counter lines (its last
 /// occurrence in `text`); nullopt when absent or not a number.

@@ -84,6 +84,8 @@ public:
     uint64_t generated() const noexcept { return seq_; }
     FrameGen& gen() noexcept { return gen_; }
     FrameSink& sink() noexcept { return sink_; }
+    const FrameGen& gen() const noexcept { return gen_; }
+    const FrameSink& sink() const noexcept { return sink_; }
 
 private:
     static SendResult verdict(SinkResult r) noexcept {
