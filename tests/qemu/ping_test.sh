@@ -355,8 +355,11 @@ restart_backend0() {
     echo stop >&4
 }
 # One "reconnect:" line per restart from the stamped console: the gap from the signal to the
-# first reply stamped after the new backend started; lost, the sequence numbers between the
-# last reply before this signal and the last before the next one (or the end) never answered.
+# first reply stamped after the new backend started (and newer than any before the signal);
+# lost, the sequence numbers between the last reply before this signal and the last before the
+# next one (or the end) never answered. The stamps are the host's clock as each console line
+# arrives: at 10 lines a second the emulated UART keeps up (lines 100 +- 10 ms apart); at
+# hundreds a second it lags, and the gaps with it.
 report_restarts() {
     local role=qemu-client
     ((qemu_server)) && role=qemu-server
@@ -378,7 +381,7 @@ report_restarts() {
             before[n + 1] = maxs
             for (k = 1; k <= n; k++) {
                 first = ""
-                for (i = 1; i <= nr; i++) if (t[i] > start[k]) { first = t[i]; break }
+                for (i = 1; i <= nr; i++) if (t[i] > start[k] && q[i] > before[k]) { first = t[i]; break }
                 lost = 0; dup = 0
                 for (s = before[k] + 1; s <= before[k + 1]; s++) {
                     if (!(s in at)) lost++
