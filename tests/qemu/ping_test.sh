@@ -87,7 +87,7 @@ nics=${#backends[@]}
 if [[ -n $responder ]] && ((nics > 1 || qemu_server)); then
     echo "ping_test: --responder takes neither --backend1 nor --qemu-server" >&2; exit 2
 fi
-if [[ -n $restarts ]] && ((nics > 1 || check_queues || http_bytes)) || [[ -n $restarts && -n $responder ]]; then
+if [[ -n $restarts ]] && { ((nics > 1 || check_queues || http_bytes)) || [[ -n $responder ]]; }; then
     echo "ping_test: --restarts takes one NIC, and no --responder, --check-queues or --http-bytes" >&2
     exit 2
 fi
