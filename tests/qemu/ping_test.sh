@@ -19,6 +19,7 @@
 #     --guest-dir DIR   where build-guest.sh keeps the kernel and initramfs (default
 #                       ${PVNET_GUEST_DIR:-/tmp/pvnet-qemu-guest}); reused across runs
 #     --ip A/L --peer A (192.0.2.2/24, 192.0.2.1)   --count N (5)  --size N (56)  --mtu N
+#     --interval S      between the guest's pings (0.2; with --restarts 0.1)
 #     --peer-mac MAC    a static neighbour entry for the peer (a backend that answers no ARP)
 #     --mrg-rxbuf on|off  --host-mtu N  --queues N (mq=on, -smp N)  --device-opts OPTS
 #     --check-queues    with --queues N: the guest pings from each CPU, and backend 0 (pvnet
@@ -31,14 +32,24 @@
 #                       must match the peer's
 #     --hugepages       guest memory in 2 MiB hugepages (memory-backend-file on a hugetlbfs mount
 #                       of this run; nr_hugepages raised if needed and restored afterwards)
+#     --restarts SIG,SIG...  reconnect: the guest pings its peer every 0.1 s for the whole run
+#                       (pvnet.until) while backend 0 is stopped with each signal in turn (KILL,
+#                       TERM, ...) and started again; QEMU as client gets reconnect=1. Before
+#                       each stop and after each restart the guest must have had a second of
+#                       replies (within --resume-timeout S, 30, of the restart); per restart one
+#                       line "reconnect: role=qemu-client|qemu-server n=N kill=SIGX gap_ms=G
+#                       lost=L dup=D" (G: from the signal to the first reply after the restart,
+#                       host clock on console lines; L: pings never answered; D: duplicates)
 #     --timeout S       whole guest run (180)       --keep    keep the run's logs
 set -euo pipefail
+export LC_ALL=C  # "." in $EPOCHREALTIME, for awk
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 backends=() ready="" qemu_server=0 guest_dir=${PVNET_GUEST_DIR:-/tmp/pvnet-qemu-guest}
 ip=192.0.2.2/24 peer=192.0.2.1 peer_mac="" count=5 size=56 mtu="" mrg="" host_mtu="" queues=1 devopts=""
 timeout_s=180 keep=0 netns_tap="" http_bytes=0 check_queues=0 hugepages=0 responder="" finals=()
+restarts="" resume_s=30 interval=""
 while (($#)); do
     case $1 in
         --backend) backends[0]=$2; shift ;;
@@ -53,6 +64,7 @@ while (($#)); do
         --peer-mac) peer_mac=$2; shift ;;
         --count) count=$2; shift ;;
         --size) size=$2; shift ;;
+        --interval) interval=$2; shift ;;
         --mtu) mtu=$2; shift ;;
         --mrg-rxbuf) mrg=$2; shift ;;
         --host-mtu) host_mtu=$2; shift ;;
@@ -62,6 +74,8 @@ while (($#)); do
         --http-bytes) http_bytes=$2; shift ;;
         --check-queues) check_queues=1 ;;
         --hugepages) hugepages=1 ;;
+        --restarts) restarts=$2; shift ;;
+        --resume-timeout) resume_s=$2; shift ;;
         --timeout) timeout_s=$2; shift ;;
         --keep) keep=1 ;;
         *) echo "ping_test: unknown option $1" >&2; exit 2 ;;
@@ -73,11 +87,15 @@ nics=${#backends[@]}
 if [[ -n $responder ]] && ((nics > 1 || qemu_server)); then
     echo "ping_test: --responder takes neither --backend1 nor --qemu-server" >&2; exit 2
 fi
+if [[ -n $restarts ]] && { ((nics > 1 || check_queues || http_bytes)) || [[ -n $responder ]]; }; then
+    echo "ping_test: --restarts takes one NIC, and no --responder, --check-queues or --http-bytes" >&2
+    exit 2
+fi
 
 "$root/tools/qemu-guest/build-guest.sh" "$guest_dir"
 
 run=$(mktemp -d /tmp/pvnet-qemu.XXXXXX)
-backend_pids=() qemu_pid= responder_pid= http_pid=
+backend_pids=() backend_logs=() backend_starts=() qemu_pid= responder_pid= http_pid= stamp_pid=
 netns=pvq$$ tap=pvq$$t
 nr_huge=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages old_nr_huge=
 cleanup() {
@@ -87,6 +105,7 @@ cleanup() {
     for pid in "${backend_pids[@]}"; do kill -- -"$pid" 2>/dev/null || true; done
     ((${#backend_pids[@]})) && sleep 0.5
     for pid in "${backend_pids[@]}"; do kill -9 -- -"$pid" 2>/dev/null || true; done
+    [[ -n $stamp_pid ]] && kill "$stamp_pid" 2>/dev/null || true
     [[ -n $http_pid ]] && kill "$http_pid" 2>/dev/null || true
     [[ -n $netns_tap ]] && ip netns del "$netns" 2>/dev/null || true
     if ((hugepages)); then
@@ -100,7 +119,7 @@ fail() {
     echo "ping_test: FAIL: $*"
     local n
     for ((n = 0; n < nics; n++)); do
-        echo "---- backend $n log ($run/backend$n.log)"; tail -n 40 "$run/backend$n.log" 2>/dev/null || true
+        echo "---- backend $n log (${backend_logs[n]:-})"; tail -n 40 "${backend_logs[n]:-/dev/null}" 2>/dev/null || true
     done
     local g
     for g in responder guest; do
@@ -120,12 +139,17 @@ start_backend() {  # N
     cmd=${cmd//\{tap\}/$tap}
     # stdin is a FIFO that stays open (fd 3): an interactive backend (testpmd -i) waits on it.
     [[ -p $run/backend.in ]] || { mkfifo "$run/backend.in"; exec 3<>"$run/backend.in"; }
+    # Each start its own log: backend0.log, then (--restarts) backend0.restart1.log, ...
+    local k=${backend_starts[$1]:-0}
+    backend_starts[$1]=$((k + 1))
+    backend_logs[$1]=$run/backend$1.log
+    ((k)) && backend_logs[$1]=$run/backend$1.restart$k.log
     echo "ping_test: backend $1: $cmd"
-    setsid bash -c "exec $cmd" <&3 >"$run/backend$1.log" 2>&1 &
+    setsid bash -c "exec $cmd" <&3 >"${backend_logs[$1]}" 2>&1 &
     backend_pids[$1]=$!
 }
 wait_backend_ready() {  # N
-    local t0 i log=$run/backend$1.log
+    local t0 i log=${backend_logs[$1]}
     t0=$(now)
     for ((i = 0; i < 300; i++)); do
         kill -0 "${backend_pids[$1]}" 2>/dev/null || fail "backend $1 exited before it was ready"
@@ -158,7 +182,11 @@ add_nic() {
     fi
     [[ -n $devopts ]] && dev+=,$devopts
     chardev=socket,id=c$n,path=$3
-    ((qemu_server)) && chardev+=,server=on,wait=off
+    if ((qemu_server)); then
+        chardev+=,server=on,wait=off
+    elif [[ -n $restarts ]]; then
+        chardev+=,reconnect=1  # seconds between attempts once the backend has gone
+    fi
     out+=(-chardev "$chardev" -netdev "$netdev" -device "$dev")
 }
 memdev=memory-backend-memfd,id=mem,size=256M,share=on
@@ -187,6 +215,8 @@ qemu_cmd() {
 }
 common="console=ttyS0 no_timer_check panic=-1 quiet loglevel=4 pvnet.count=$count pvnet.size=$size"
 [[ -n $mtu ]] && common+=" pvnet.mtu=$mtu"
+[[ -z $interval && -n $restarts ]] && interval=0.1
+[[ -n $interval ]] && common+=" pvnet.interval=$interval"
 
 nic_args=()
 for ((n = 0; n < nics; n++)); do add_nic nic_args $n "$(sock $n)" 52:54:00:12:34:5$n; done
@@ -194,6 +224,7 @@ append="$common pvnet.ip=$ip pvnet.peer=$peer"
 ((nics > 1)) && append+=" pvnet.ip1=198.51.100.2/24 pvnet.peer1=198.51.100.1"
 ((http_bytes)) && append+=" pvnet.http=http://$peer:8080"
 ((check_queues)) && append+=" pvnet.percpu=1"
+[[ -n $restarts ]] && append+=" pvnet.until=$timeout_s"
 [[ -n $peer_mac ]] && append+=" pvnet.peermac=$peer_mac"
 qemu_cmd qemu "$append" "${nic_args[@]}"
 if [[ -n $responder ]]; then
@@ -204,9 +235,28 @@ if [[ -n $responder ]]; then
         "${responder_nic[@]}"
 fi
 
+# The console's lines into NAME.log, and each with the host's clock into NAME.stamps.
+stamp_console() {  # NAME
+    local l
+    while IFS= read -r l || [[ -n $l ]]; do
+        l=${l%$'\r'}
+        printf '%s\n' "$l"
+        printf '%s %s\n' "$EPOCHREALTIME" "$l" >&6
+    done >"$run/$1.log" 6>"$run/$1.stamps"
+}
 start_guest() {  # NAME COMMAND...: the pid in guest_pid
     echo "ping_test: $1: ${*:2}"
-    setsid timeout -k 5 "$timeout_s" "${@:2}" </dev/null >"$run/$1.log" 2>&1 &
+    if [[ -n $restarts && $1 == guest ]]; then
+        # The serial console both ways: the harness writes "stop" to its input (fd 4, held
+        # open), and stamps its output as it comes.
+        mkfifo "$run/console.in" "$run/console.out"
+        exec 4<>"$run/console.in"
+        stamp_console "$1" <"$run/console.out" &
+        stamp_pid=$!
+        setsid timeout -k 5 "$timeout_s" "${@:2}" <&4 >"$run/console.out" 2>&1 &
+    else
+        setsid timeout -k 5 "$timeout_s" "${@:2}" </dev/null >"$run/$1.log" 2>&1 &
+    fi
     guest_pid=$!
 }
 start_qemu() {
@@ -259,9 +309,98 @@ else
     start_qemu
 fi
 t_qemu=$(now)
+
+# ---- --restarts ------------------------------------------------------------------------------
+# replies_after T: "FIRST LAST" host times of the guest's ping replies stamped after T (none: "").
+replies_after() {
+    awk -v t="$1" '$2 == "PVNET-PING" && / bytes from / && $1 > t { if (f == "") f = $1; l = $1 }
+                   END { if (f != "") print f, l }' "$run/guest.stamps"
+}
+# wait_replies T S WHAT: until the replies after T span a second (traffic flows again), at most
+# S seconds; the first reply's time in first_reply.
+wait_replies() {
+    local i r
+    for ((i = 0; i < $2 * 20; i++)); do
+        r=$(replies_after "$1")
+        if [[ -n $r ]] && awk -v f="${r% *}" -v l="${r#* }" 'BEGIN { exit !(l - f >= 1) }'; then
+            first_reply=${r% *}
+            return 0
+        fi
+        kill -0 "$qemu_pid" 2>/dev/null || fail "guest exited while waiting for $3"
+        sleep 0.05
+    done
+    fail "no second of ping replies within $2 s of $3"
+}
+restart_times=() restart_sigs=()
+restart_backend0() {
+    local sig n=0 i pid t_kill t_start
+    wait_replies 0 "$timeout_s" "the guest's start"
+    echo "ping_test: guest pinging after $(elapsed "$t_qemu") s"
+    for sig in ${restarts//,/ }; do
+        n=$((n + 1))
+        pid=${backend_pids[0]}
+        disown "$pid"  # no "Killed" notice from bash; it still reaps it
+        t_kill=$EPOCHREALTIME
+        kill -"$sig" -- -"$pid" || fail "restart $n: cannot send SIG$sig to backend 0"
+        for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+        ((i < 100)) || fail "restart $n: backend 0 still runs 5 s after SIG$sig"
+        t_start=$EPOCHREALTIME
+        start_backend 0
+        wait_backend_ready 0
+        wait_replies "$t_start" "$resume_s" "restart $n (SIG$sig)"
+        echo "ping_test: restart $n (SIG$sig): replies again $(awk -v a="$t_kill" -v b="$first_reply" 'BEGIN { printf "%.0f", (b - a) * 1000 }') ms after the signal"
+        restart_sigs+=("SIG$sig")
+        restart_times+=("$t_kill $t_start")
+    done
+    echo stop >&4
+}
+# One "reconnect:" line per restart from the stamped console: the gap from the signal to the
+# first reply stamped after the new backend started (and newer than any before the signal);
+# lost, the sequence numbers between the last reply before this signal and the last before the
+# next one (or the end) never answered. The stamps are the host's clock as each console line
+# arrives: at 10 lines a second the emulated UART keeps up (lines 100 +- 10 ms apart); at
+# hundreds a second it lags, and the gaps with it.
+report_restarts() {
+    local role=qemu-client
+    ((qemu_server)) && role=qemu-server
+    awk -v role="$role" -v sigs="${restart_sigs[*]}" -v times="${restart_times[*]}" '
+        $2 == "PVNET-PING" && / bytes from / && match($0, /seq=[0-9]+/) {
+            s = substr($0, RSTART + 4, RLENGTH - 4) + 0
+            if (/DUP!/) { dups[s]++; next }
+            if (!(s in at)) at[s] = $1
+            if (s > maxs) maxs = s
+            t[++nr] = $1; q[nr] = s
+        }
+        END {
+            n = split(sigs, sig, " "); split(times, tm, " ")
+            for (k = 1; k <= n; k++) { kill[k] = tm[2 * k - 1]; start[k] = tm[2 * k] }
+            for (k = 1; k <= n; k++) {
+                before[k] = -1
+                for (i = 1; i <= nr; i++) if (t[i] <= kill[k] && q[i] > before[k]) before[k] = q[i]
+            }
+            before[n + 1] = maxs
+            for (k = 1; k <= n; k++) {
+                first = ""
+                for (i = 1; i <= nr; i++) if (t[i] > start[k] && q[i] > before[k]) { first = t[i]; break }
+                lost = 0; dup = 0
+                for (s = before[k] + 1; s <= before[k + 1]; s++) {
+                    if (!(s in at)) lost++
+                    if (s in dups) dup += dups[s]
+                }
+                printf "reconnect: role=%s n=%d kill=%s gap_ms=%.0f lost=%d dup=%d\n",
+                       role, k, sig[k], (first - kill[k]) * 1000, lost, dup
+            }
+        }' "$run/guest.stamps"
+}
+[[ -n $restarts ]] && restart_backend0
+
 qemu_rc=0
 wait "$qemu_pid" || qemu_rc=$?
 qemu_pid=
+if [[ -n $stamp_pid ]]; then
+    wait "$stamp_pid" || true
+    stamp_pid=
+fi
 guest_s=$(elapsed "$t_qemu")
 ((qemu_rc == 124 || qemu_rc == 137)) && fail "guest did not finish within $timeout_s s"
 
@@ -279,7 +418,9 @@ check_guest_log() {  # NAME QEMU-EXIT
     grep -a '^PVNET-' "$log" | grep -v '^PVNET-PING' | sed "s/^/$1: /" || true
     grep -aq '^PVNET-DONE' "$log" || fail "$1 did not reach PVNET-DONE (qemu exit $2)"
     # Signs that the device broke the virtio contract (see virtio_ring.c's BAD_RING messages).
-    bad=$(grep -aEi 'is not a head|unexpected used|id [0-9]+ out of range|virtio.*(reset|broken)|NETDEV WATCHDOG|Kernel panic|BUG:|Call Trace' "$log" || true)
+    # QEMU's own stderr (its lines start with its name) says what it saw of the backend.
+    bad=$(grep -av '^qemu-system' "$log" |
+          grep -aEi 'is not a head|unexpected|id [0-9]+ out of range|virtio.*(reset|broken)|NEEDS_RESET|NETDEV WATCHDOG|Kernel panic|BUG:|Call Trace' || true)
     [[ -z $bad ]] || fail "$1 logged virtio errors: $bad"
     if grep -aq '^PVNET-ERROR' "$log"; then
         fail "$1: $(grep -a '^PVNET-ERROR' "$log" | tr '\n' ' ')"
@@ -293,7 +434,15 @@ if [[ -n $responder ]]; then
     replies=$(sed -n 's/.* echo_replies=\([0-9]*\).*/\1/p' <<<"$result")
     ((${replies:-0} >= count)) || fail "responder sent ${replies:-0} echo replies, want $count"
 fi
-for ((n = 0; n < nics; n++)); do
+if [[ -n $restarts ]]; then
+    result=$(grep -a "^PVNET-RESULT ping dev=eth0 " "$log" || true)
+    [[ $result == *" stop=stop"* ]] || fail "the guest did not ping until stopped: ${result:-no PVNET-RESULT}"
+    sed -n 's/^qemu-system[^:]*: /ping_test: QEMU: /p' "$log" | sort | uniq -c
+    report_restarts
+fi
+counted_nics=$nics
+[[ -n $restarts ]] && counted_nics=0  # every ping answered: not with restarts
+for ((n = 0; n < counted_nics; n++)); do
     result=$(grep -a "^PVNET-RESULT ping dev=eth$n " "$log" || true)
     [[ -n $result ]] || fail "no PVNET-RESULT line for eth$n"
     sent=$(sed -n 's/.* sent=\([0-9]*\).*/\1/p' <<<"$result")
@@ -321,12 +470,12 @@ if ((check_queues || ${#finals[@]})); then
     ((i < 100)) || fail "backend 0 did not exit within 10 s of SIGTERM"
 fi
 for re in "${finals[@]}"; do
-    grep -Eq -- "$re" "$run/backend0.log" || fail "backend 0's output does not match: $re"
+    grep -Eq -- "$re" "${backend_logs[0]}" || fail "backend 0's output does not match: $re"
 done
 ((${#finals[@]})) && echo "ping_test: backend 0's output matches ${#finals[@]} pattern(s)"
 if ((check_queues)); then
     for ((q = 0; q < queues; q++)); do
-        line=$(grep "^final dev=0 .* q=$q " "$run/backend0.log" || true)
+        line=$(grep "^final dev=0 .* q=$q " "${backend_logs[0]}" || true)
         tx=$(sed -n 's/.* tx_pkts=\([0-9]*\) .*/\1/p' <<<"$line")
         rx=$(sed -n 's/.* rx_pkts=\([0-9]*\) .*/\1/p' <<<"$line")
         echo "ping_test: backend pair $q: tx_pkts=${tx:-?} rx_pkts=${rx:-?}"
@@ -342,4 +491,8 @@ if ((http_bytes)); then
     [[ $fetch == *" md5=$md5 bytes=$http_bytes"* ]] || fail "guest fetched something else: $fetch"
     [[ $upload == *" md5=$md5 bytes=$http_bytes"* ]] || fail "peer received something else: $upload"
 fi
-echo "ping_test: PASS: $nics NIC(s)${responder:+ to a responder guest}, $want/$want pings each, guest run $guest_s s, total $(elapsed "$t_start") s"
+if [[ -n $restarts ]]; then
+    echo "ping_test: PASS: ${#restart_sigs[@]} restart(s) (${restart_sigs[*]}), replies after each, $(sed -n 's/.* sent=\([0-9]*\) received=\([0-9]*\).*/\2 of \1 pings answered/p' <<<"$result"), guest run $guest_s s, total $(elapsed "$t_start") s"
+else
+    echo "ping_test: PASS: $nics NIC(s)${responder:+ to a responder guest}, $want/$want pings each, guest run $guest_s s, total $(elapsed "$t_start") s"
+fi
