@@ -2,6 +2,7 @@
 // vhost-user.c, vhost.c vhost_dev_start), every reply checked before use.
 #include "pvnet/vhost_user/frontend.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -148,8 +149,11 @@ Status<FrontendError> Frontend::Impl::open_connection() noexcept {
                 fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
             }
         } else {
-            fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-            if (fd >= 0 && ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+            // Non-blocking: a blocking connect to a back-end that listens but never
+            // accepts waits without end once its backlog is full (EAGAIN here instead).
+            fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+            if (fd >= 0 && (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 ||
+                            ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)) {
                 close_conn();
             }
         }
