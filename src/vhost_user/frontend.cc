@@ -127,6 +127,14 @@ struct Frontend::Impl {
         return set(r, &v, sizeof v, fds);
     }
     Result<uint64_t, FrontendError> negotiate(uint64_t wanted) noexcept;
+    /// The device's queue pairs are no more than GET_QUEUE_NUM's answer.
+    Status<FrontendError> check_queues(const backend::DeviceSetup& d) noexcept {
+        const auto pairs = static_cast<uint16_t>(d.vrings.size() / 2);
+        if (pairs <= queue_num) return {};
+        return fail(FrontendFail::Features, "the device has " + std::to_string(pairs) +
+                                                " queue pairs, the back-end " +
+                                                std::to_string(queue_num));
+    }
     Status<FrontendError> setup_inflight() noexcept;
     Status<FrontendError> start_device() noexcept;
     uint16_t used_idx(const ring::SplitRingAddrs& a) const noexcept;
@@ -494,12 +502,7 @@ Status<FrontendError> Frontend::start(const backend::DeviceSetup& dev,
     if (dev.features != m.features) {
         return m.fail(FrontendFail::Features, "the device's features are not the negotiated ones");
     }
-    const uint16_t pairs = static_cast<uint16_t>(dev.vrings.size() / 2);
-    if (pairs > m.queue_num) {
-        return m.fail(FrontendFail::Features, "the device has " + std::to_string(pairs) +
-                                                  " queue pairs, the back-end " +
-                                                  std::to_string(m.queue_num));
-    }
+    if (auto s = m.check_queues(dev); !s) return s;
     m.dev = dev;
     m.mem = mem;
     m.have_dev = true;
@@ -556,6 +559,8 @@ Status<FrontendError> Frontend::reconnect() noexcept {
         if (auto s = m.open_connection(); !s) return s;
         m.lost = !m.bases_valid;
         if (auto f = m.negotiate(m.features); !f) return unexpected(f.error());
+        // A restarted back-end may offer fewer queue pairs than the device has.
+        if (auto s = m.check_queues(m.dev); !s) return s;
     }
     m.stats.reconnects.add();
     return m.start_device();
