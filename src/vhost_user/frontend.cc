@@ -492,8 +492,19 @@ Frontend::Frontend(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl))
 Frontend::~Frontend() = default;
 
 Result<uint64_t, FrontendError> Frontend::connect(uint64_t wanted) noexcept {
-    if (auto s = impl_->open_connection(); !s) return unexpected(s.error());
-    return impl_->negotiate(wanted);
+    Impl& m = *impl_;
+    if (auto s = m.open_connection(); !s) return unexpected(s.error());
+    // A fresh negotiation: only reconnect() holds a back-end to the features of before.
+    const bool had = m.negotiated;
+    const uint64_t before = m.features;
+    m.negotiated = false;
+    auto f = m.negotiate(wanted);
+    if (!f) {
+        m.negotiated = had;
+    } else if (had && *f != before) {
+        m.have_dev = false;  // laid out for the old features: it needs start() again
+    }
+    return f;
 }
 
 Status<FrontendError> Frontend::start(const backend::DeviceSetup& dev,
