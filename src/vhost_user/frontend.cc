@@ -2,6 +2,7 @@
 // vhost-user.c, vhost.c vhost_dev_start), every reply checked before use.
 #include "pvnet/vhost_user/frontend.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -126,6 +127,14 @@ struct Frontend::Impl {
         return set(r, &v, sizeof v, fds);
     }
     Result<uint64_t, FrontendError> negotiate(uint64_t wanted) noexcept;
+    /// The device's queue pairs are no more than GET_QUEUE_NUM's answer.
+    Status<FrontendError> check_queues(const backend::DeviceSetup& d) noexcept {
+        const auto pairs = static_cast<uint16_t>(d.vrings.size() / 2);
+        if (pairs <= queue_num) return {};
+        return fail(FrontendFail::Features, "the device has " + std::to_string(pairs) +
+                                                " queue pairs, the back-end " +
+                                                std::to_string(queue_num));
+    }
     Status<FrontendError> setup_inflight() noexcept;
     Status<FrontendError> start_device() noexcept;
     uint16_t used_idx(const ring::SplitRingAddrs& a) const noexcept;
@@ -148,8 +157,11 @@ Status<FrontendError> Frontend::Impl::open_connection() noexcept {
                 fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
             }
         } else {
-            fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-            if (fd >= 0 && ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+            // Non-blocking: a blocking connect to a back-end that listens but never
+            // accepts waits without end once its backlog is full (EAGAIN here instead).
+            fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+            if (fd >= 0 && (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 ||
+                            ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)) {
                 close_conn();
             }
         }
@@ -480,8 +492,19 @@ Frontend::Frontend(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl))
 Frontend::~Frontend() = default;
 
 Result<uint64_t, FrontendError> Frontend::connect(uint64_t wanted) noexcept {
-    if (auto s = impl_->open_connection(); !s) return unexpected(s.error());
-    return impl_->negotiate(wanted);
+    Impl& m = *impl_;
+    if (auto s = m.open_connection(); !s) return unexpected(s.error());
+    // A fresh negotiation: only reconnect() holds a back-end to the features of before.
+    const bool had = m.negotiated;
+    const uint64_t before = m.features;
+    m.negotiated = false;
+    auto f = m.negotiate(wanted);
+    if (!f) {
+        m.negotiated = had;
+    } else if (had && *f != before) {
+        m.have_dev = false;  // laid out for the old features: it needs start() again
+    }
+    return f;
 }
 
 Status<FrontendError> Frontend::start(const backend::DeviceSetup& dev,
@@ -490,12 +513,7 @@ Status<FrontendError> Frontend::start(const backend::DeviceSetup& dev,
     if (dev.features != m.features) {
         return m.fail(FrontendFail::Features, "the device's features are not the negotiated ones");
     }
-    const uint16_t pairs = static_cast<uint16_t>(dev.vrings.size() / 2);
-    if (pairs > m.queue_num) {
-        return m.fail(FrontendFail::Features, "the device has " + std::to_string(pairs) +
-                                                  " queue pairs, the back-end " +
-                                                  std::to_string(m.queue_num));
-    }
+    if (auto s = m.check_queues(dev); !s) return s;
     m.dev = dev;
     m.mem = mem;
     m.have_dev = true;
@@ -552,6 +570,8 @@ Status<FrontendError> Frontend::reconnect() noexcept {
         if (auto s = m.open_connection(); !s) return s;
         m.lost = !m.bases_valid;
         if (auto f = m.negotiate(m.features); !f) return unexpected(f.error());
+        // A restarted back-end may offer fewer queue pairs than the device has.
+        if (auto s = m.check_queues(m.dev); !s) return s;
     }
     m.stats.reconnects.add();
     return m.start_device();

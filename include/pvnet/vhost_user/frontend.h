@@ -112,6 +112,9 @@ public:
     /// and PROTOCOL_FEATURES are required), then REPLY_ACK, MQ and
     /// INFLIGHT_SHMFD where both offer them, GET_QUEUE_NUM, SET_OWNER.
     /// Returns the negotiated virtio features (without PROTOCOL_FEATURES).
+    /// Each call negotiates afresh (reconnect() is the one that holds a back-end
+    /// to the features of before); if they differ from an earlier connect()'s,
+    /// the device must be start()ed again before a reconnect().
     Result<uint64_t, FrontendError> connect(uint64_t wanted) noexcept;
 
     /// Hands the device to the back-end: the memory table, the inflight
