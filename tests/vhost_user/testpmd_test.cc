@@ -114,7 +114,6 @@ public:
         child_->stop(2s);
     }
     std::string output_tail() const { return child_ ? child_->output_tail(8192) : ""; }
-    const std::string& output() const { return child_->output(); }
 
 private:
     uint64_t prompts() const {
