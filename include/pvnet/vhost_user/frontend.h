@@ -70,7 +70,9 @@ struct FrontendConfig {
     /// Listen on `path` and wait for the back-end to connect (QEMU's
     /// server=on; the back-end runs `serve --client`).
     bool server = false;
-    uint32_t reply_timeout_ms = 2000;
+    /// DPDK's net_vhost answers its first request up to ~1 s late (its event thread
+    /// polls new sockets once a second).
+    uint32_t reply_timeout_ms = 5000;
     /// connect()/reconnect(): how long to retry (client) or wait (server).
     uint32_t connect_timeout_ms = 5000;
     uint32_t retry_ms = 20;  ///< client: between connection attempts
