@@ -173,9 +173,15 @@ using virtio::QueueRegionSplit;
 /// The largest payload a request of this protocol carries (SET_MEM_TABLE).
 inline constexpr std::size_t kMaxPayload = sizeof(MemTable);
 
-/// The protocol features pvnet's back-end offers: MQ, REPLY_ACK, NET_MTU
-/// and STATUS. Everything else is refused (backend_session.h says how).
-inline constexpr uint64_t kBackendProtocolFeatures =
-    bit(kProtoMq) | bit(kProtoReplyAck) | bit(kProtoNetMtu) | bit(kProtoStatus);
+/// The protocol features pvnet's back-end offers: MQ, REPLY_ACK, NET_MTU,
+/// INFLIGHT_SHMFD and STATUS. Everything else is refused (backend_session.h
+/// says how).
+inline constexpr uint64_t kBackendProtocolFeatures = bit(kProtoMq) | bit(kProtoReplyAck) |
+                                                     bit(kProtoNetMtu) |
+                                                     bit(kProtoInflightShmfd) | bit(kProtoStatus);
+
+/// GET_INFLIGHT_FD allocates at most this much (num_queues *
+/// inflight_queue_bytes(queue_size)): 256 pairs of 32768-entry rings.
+inline constexpr uint64_t kMaxInflightBytes = uint64_t{256} << 20;
 
 }  // namespace pvnet::vhost_user
