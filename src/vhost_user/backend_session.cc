@@ -218,20 +218,19 @@ Outcome BackendSession::handle(const MsgHeader& h, std::span<const std::byte> pa
         has_reply = true;
     }
     if (has_reply) {
-        uint32_t size = static_cast<uint32_t>(sizeof(uint64_t));
-        if (r == Request::GetVringBase && f == Fail::None) size = sizeof(VringState);
+        // GET_VRING_BASE's VringState is a u64's size; GET_INFLIGHT_FD's reply is its own.
+        const bool inflight = r == Request::GetInflightFd && f == Fail::None;
+        const uint32_t size = static_cast<uint32_t>(inflight ? sizeof(InflightInfo)
+                                                             : sizeof(uint64_t));
         const MsgHeader rh{h.request, kVersion | kFlagReply, size};
         std::memcpy(out.reply.data(), &rh, sizeof rh);
-        if (r == Request::GetInflightFd && f == Fail::None) {
-            const MsgHeader ih{h.request, kVersion | kFlagReply, sizeof(InflightInfo)};
-            std::memcpy(out.reply.data(), &ih, sizeof ih);
-            std::memcpy(out.reply.data() + sizeof ih, &inflight_reply_, sizeof inflight_reply_);
-            out.reply_len = sizeof ih + sizeof inflight_reply_;
+        if (inflight) {
+            std::memcpy(out.reply.data() + sizeof rh, &inflight_reply_, sizeof inflight_reply_);
             out.reply_fd = inflight_->map.fd();
         } else {
             std::memcpy(out.reply.data() + sizeof rh, &reply, sizeof reply);
-            out.reply_len = sizeof rh + size;
         }
+        out.reply_len = sizeof rh + size;
         stats_.replies.add();
     }
     return out;
