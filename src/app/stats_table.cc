@@ -43,6 +43,8 @@ CounterTable<backend::VhostNetStats> vhost_net_counters() {
         PVNET_COUNTER(S, direct_runs),
         PVNET_COUNTER(S, direct_pkts),
         PVNET_COUNTER(S, direct_busy),
+        PVNET_COUNTER(S, tx_inflight_dropped),
+        PVNET_COUNTER(S, rx_inflight_dropped),
     };
     return t;
 }
@@ -69,6 +71,7 @@ CounterTable<vhost_user::SessionStats> session_counters() {
         PVNET_COUNTER(S, unsupported),   PVNET_COUNTER(S, stalled),
         PVNET_COUNTER(S, mem_tables),    PVNET_COUNTER(S, mem_table_same),
         PVNET_COUNTER(S, rings_started), PVNET_COUNTER(S, rings_stopped),
+        PVNET_COUNTER(S, inflight_fds),  PVNET_COUNTER(S, inflight_bad_log),
     };
     return t;
 }

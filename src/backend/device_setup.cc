@@ -268,6 +268,7 @@ Status<DeviceError> NetDevice::start_locked(uint16_t i) noexcept {
     qc.features = features_;
     qc.last_avail_idx = ring::RingIdx(v->setup.base.last_avail_idx);
     qc.buffers = v->setup.buffers;
+    qc.inflight = v->setup.inflight;
     auto q = ring::SplitDeviceQueue::create(*mem_, qc);
     if (!q) {
         v->error = q.error();
@@ -285,6 +286,12 @@ Status<DeviceError> NetDevice::start_locked(uint16_t i) noexcept {
     {
         const std::lock_guard<std::mutex> tx_lock(p.tx_mu);  // process_tx_now sees q under it
         v->q = std::move(*q);
+        // Chains a dead predecessor left in flight came back used (length 0):
+        // count them, and tell the driver, who may be waiting for them.
+        if (const uint64_t n = v->q->stats().inflight_dropped.get(); n != 0) {
+            (is_tx ? p.stats.tx_inflight_dropped : p.stats.rx_inflight_dropped).add(n);
+            raise(*v);
+        }
     }
     v->reported = false;
     v->error = ring::RingError::Count;

@@ -241,9 +241,9 @@ void Netback::serve_guest(int conn, const std::atomic<bool>& stop,
     setup.mem = &table;
     setup.vrings.resize(2);
     setup.vrings[0] = backend::VringSetup{ring_at(h.rx_ring_off), {}, &rx_kick, &rx_call, nullptr,
-                                          true, rx_access.get()};
+                                          true, rx_access.get(), {}};
     setup.vrings[1] = backend::VringSetup{ring_at(h.tx_ring_off), {}, &tx_kick, &tx_call, nullptr,
-                                          true, tx_access.get()};
+                                          true, tx_access.get(), {}};
     backend::VhostNetOptions opt = cfg_.device;
     opt.offered_features = kGrantFeatures;
     auto dev = backend::VhostNet<port::GenLoopPort>::create(setup, opt, port);

@@ -8,6 +8,12 @@ std::string_view to_string(RingError e) noexcept {
         case RingError::BadQueueSize: return "queue size zero, not a power of two, or too large";
         case RingError::RingMisaligned: return "ring part misaligned";
         case RingError::RingUnmapped: return "ring part not inside one memory region";
+        case RingError::InflightBadLog:
+            return "inflight log header (version, desc_num, size) or flags invalid";
+        case RingError::InflightBadUsed:
+            return "inflight log used_idx does not fit the used ring";
+        case RingError::InflightTooMany:
+            return "inflight log holds more heads than were made available";
         case RingError::AvailIdxJump: return "avail idx moved by more than the queue size";
         case RingError::HeadOutOfRange: return "avail head out of range";
         case RingError::HeadInflight: return "avail head already in flight";

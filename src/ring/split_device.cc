@@ -41,7 +41,14 @@ Result<std::unique_ptr<SplitDeviceQueue>, RingError> SplitDeviceQueue::create(
     if (!q || !q->inflight_bits_ || !q->inflight_in_bytes_ || !q->popped_heads_) {
         return unexpected(RingError::BadQueueSize);
     }
-    q->reset();
+    if (!cfg.inflight.empty()) {
+        auto log = SplitInflightLog::attach(cfg.inflight, ptrs->size);
+        if (!log) return unexpected(log.error());
+        q->log_ = *log;
+        q->staged_heads_.reset(new (std::nothrow) uint16_t[ptrs->size]);
+        if (!q->staged_heads_) return unexpected(RingError::BadQueueSize);
+    }
+    q->reset_state();
     // The base: avail from the caller (SET_VRING_BASE), used from the ring
     // itself (vhost_vq_init_access reads used->idx). A new ring's used.idx
     // is 0; a restarted one continues after its last publish. Any value is
@@ -52,6 +59,9 @@ Result<std::unique_ptr<SplitDeviceQueue>, RingError> SplitDeviceQueue::create(
     // ORDER: acquire; pairs with the publish_idx(used.idx) of whoever drove
     // the ring before (a stopped queue, perhaps in another process).
     q->used_idx_ = observe_idx(q->ptrs_.used_idx);
+    if (q->log_) {
+        if (auto st = q->recover_inflight(); !st) return unexpected(st.error());
+    }
     return q;
 }
 
@@ -73,6 +83,16 @@ SplitDeviceQueue::~SplitDeviceQueue() {
 }
 
 void SplitDeviceQueue::reset() noexcept {
+    reset_state();
+    if (log_) {
+        // The driver starts over: nothing of the old ring is in flight.
+        for (uint16_t h = 0; h < ptrs_.size; ++h) log_.forget(h);
+        log_.set_used_idx(RingIdx(0));
+        log_.restart_counter(0);
+    }
+}
+
+void SplitDeviceQueue::reset_state() noexcept {
     if (buffers_ != nullptr) buffers_->unmap_all();
     last_avail_idx_ = RingIdx(0);
     shadow_avail_idx_ = RingIdx(0);
@@ -133,6 +153,8 @@ PopStatus SplitDeviceQueue::pop(DescChain& chain) noexcept {
         return PopStatus::Broken;
     }
 
+    // Logged before the caller can act on the chain: a successor must know it.
+    if (log_) log_.record_pop(head);
     inflight_bits_[head / 64] |= uint64_t{1} << (head % 64);
     inflight_in_bytes_[head] = chain.in_bytes;
     popped_heads_[slot] = head;
@@ -248,6 +270,7 @@ void SplitDeviceQueue::unpop(uint16_t n) noexcept {
         const uint16_t head = popped_heads_[idx.slot(ptrs_.size)];
         if (!PVNET_ASSERT(head < ptrs_.size && inflight(head))) return;
         inflight_bits_[head / 64] &= ~(uint64_t{1} << (head % 64));
+        if (log_) log_.forget(head);
         if (buffers_ != nullptr) buffers_->unmap(head, 0);
         last_avail_idx_ = idx;
     }
@@ -271,6 +294,8 @@ Status<RingError> SplitDeviceQueue::add_used(uint16_t id, uint32_t len) noexcept
     e.len.set(len);
     const uint16_t slot = (used_idx_ + staged_).slot(ptrs_.size);
     write_shared(ptrs_.used_ring + 8u * slot, e);
+    // VALIDATED: staged_ < size: each staged id was in flight, at most size of them.
+    if (log_) staged_heads_[staged_] = id;
     ++staged_;
     stats_.pushes.add();
     return {};
@@ -278,13 +303,22 @@ Status<RingError> SplitDeviceQueue::add_used(uint16_t id, uint32_t len) noexcept
 
 void SplitDeviceQueue::flush_used() noexcept {
     if (staged_ == 0 || broken()) return;
-    used_idx_ += staged_;
+    const uint16_t n = staged_;
+    used_idx_ += n;
     // EVENT_IDX: a record 2^16 behind is meaningless; forget it (see SignalledUsed).
-    signalled_used_.published(used_idx_, staged_);
+    signalled_used_.published(used_idx_, n);
     staged_ = 0;
+    if (log_) log_.set_last_batch_head(staged_heads_[n - 1u]);
     // ORDER: release; the used elements written above are visible before the
     // new used.idx. Pairs with the driver's observe_idx(used.idx) in get_used.
     publish_idx(ptrs_.used_idx, used_idx_);
+    if (log_) {
+        // After the publish, never before: a crash in between leaves heads
+        // both used and marked, which recovery clears from the used ring
+        // (log used_idx is still behind); the other way they would be lost.
+        for (uint16_t k = 0; k < n; ++k) log_.clear_used(staged_heads_[k]);
+        log_.set_used_idx(used_idx_);
+    }
     stats_.used_publishes.add();
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <utility>
 
+#include "pvnet/ring/inflight.h"
 #include "pvnet/virtio/virtio_config.h"
 
 namespace pvnet::vhost_user {
@@ -97,7 +98,23 @@ bool BackendSession::maybe_start(uint16_t i) noexcept {
     s.call = v.call.get();
     s.err = v.err.get();
     s.enabled = true;
-    if (!dev_.set_vring(i, s) || !dev_.start_vring(i)) return false;
+    if (inflight_ && i < inflight_->num_queues) {
+        // Rule: a log is laid out for one ring size.
+        if (inflight_->queue_size != v.num) {
+            stats_.inflight_bad_log.add();
+            return false;
+        }
+        s.inflight = {inflight_->map.host() + i * inflight_->queue_bytes, inflight_->queue_bytes};
+    }
+    if (!dev_.set_vring(i, s)) return false;
+    if (!dev_.start_vring(i)) {
+        const ring::RingError e = dev_.vring_error(i);
+        if (e == ring::RingError::InflightBadLog || e == ring::RingError::InflightBadUsed ||
+            e == ring::RingError::InflightTooMany) {
+            stats_.inflight_bad_log.add();
+        }
+        return false;
+    }
     v.started = true;
     stats_.rings_started.add();
     return true;
@@ -124,6 +141,7 @@ std::size_t expected_fds(Request r, std::span<const std::byte> p) noexcept {
             std::memcpy(&v, p.data(), sizeof v);
             return (v & kVringNoFdMask) != 0 ? 0 : 1;
         }
+        case Request::SetInflightFd: return 1;
         default: return 0;
     }
 }
@@ -149,13 +167,16 @@ long expected_size(Request r) noexcept {
         case Request::GetVringBase:
         case Request::SetVringEnable: return sizeof(VringState);
         case Request::SetVringAddr: return sizeof(VringAddr);
+        case Request::GetInflightFd:
+        case Request::SetInflightFd: return sizeof(InflightInfo);
         default: return -1;
     }
 }
 
 bool is_get(Request r) noexcept {
     return r == Request::GetFeatures || r == Request::GetProtocolFeatures ||
-           r == Request::GetQueueNum || r == Request::GetStatus || r == Request::GetVringBase;
+           r == Request::GetQueueNum || r == Request::GetStatus || r == Request::GetVringBase ||
+           r == Request::GetInflightFd;
 }
 
 }  // namespace
@@ -197,12 +218,18 @@ Outcome BackendSession::handle(const MsgHeader& h, std::span<const std::byte> pa
         has_reply = true;
     }
     if (has_reply) {
-        const uint32_t size = r == Request::GetVringBase && f == Fail::None
-                                  ? static_cast<uint32_t>(sizeof(VringState))
-                                  : static_cast<uint32_t>(sizeof(uint64_t));
+        // GET_VRING_BASE's VringState is a u64's size; GET_INFLIGHT_FD's reply is its own.
+        const bool inflight = r == Request::GetInflightFd && f == Fail::None;
+        const uint32_t size = static_cast<uint32_t>(inflight ? sizeof(InflightInfo)
+                                                             : sizeof(uint64_t));
         const MsgHeader rh{h.request, kVersion | kFlagReply, size};
         std::memcpy(out.reply.data(), &rh, sizeof rh);
-        std::memcpy(out.reply.data() + sizeof rh, &reply, sizeof reply);
+        if (inflight) {
+            std::memcpy(out.reply.data() + sizeof rh, &inflight_reply_, sizeof inflight_reply_);
+            out.reply_fd = inflight_->map.fd();
+        } else {
+            std::memcpy(out.reply.data() + sizeof rh, &reply, sizeof reply);
+        }
         out.reply_len = sizeof rh + size;
         stats_.replies.add();
     }
@@ -214,6 +241,10 @@ BackendSession::Fail BackendSession::dispatch(Request r, std::span<const std::by
     const long want = expected_size(r);
     if (r == Request::SetMemTable) return set_mem_table(p, fds);
     if (want < 0) return Fail::Unsupported;
+    if ((r == Request::GetInflightFd || r == Request::SetInflightFd) &&
+        (protocol_features_ & bit(kProtoInflightShmfd)) == 0) {
+        return Fail::Unsupported;
+    }
     if (p.size() != static_cast<std::size_t>(want)) return Fail::Payload;
     if (fds.size() != expected_fds(r, p)) return Fail::Fds;
 
@@ -248,6 +279,7 @@ BackendSession::Fail BackendSession::dispatch(Request r, std::span<const std::by
             stop_all_and_reset();
             for (Vring& v : vrings_) v = Vring{};
             mem_.reset();
+            inflight_.reset();
             features_ = 0;
             features_set_ = false;
             return Fail::None;
@@ -311,6 +343,17 @@ BackendSession::Fail BackendSession::dispatch(Request r, std::span<const std::by
         case Request::SetVringKick:
         case Request::SetVringCall:
         case Request::SetVringErr: return set_vring_fd(r, u64, fds);
+        case Request::GetInflightFd:
+        case Request::SetInflightFd: {
+            InflightInfo info;
+            std::memcpy(&info, p.data(), sizeof info);
+            if (r == Request::GetInflightFd) {
+                const Fail f = get_inflight_fd(info);
+                has_reply = f == Fail::None;
+                return f;
+            }
+            return set_inflight_fd(info, fds);
+        }
         default: return Fail::Unsupported;
     }
 }
@@ -458,6 +501,55 @@ BackendSession::Fail BackendSession::set_mem_table(std::span<const std::byte> p,
     bool ok = true;
     for (const uint16_t i : running) ok = maybe_start(i) && ok;
     return ok ? Fail::None : Fail::Payload;
+}
+
+bool BackendSession::inflight_shape_ok(const InflightInfo& i) const noexcept {
+    // Rule: a log per data vring at most; a valid ring size (a power of two <= 32768).
+    return i.num_queues != 0 && i.num_queues <= vrings_.size() && i.queue_size != 0 &&
+           i.queue_size <= virtio::kMaxQueueSize && (i.queue_size & (i.queue_size - 1)) == 0;
+}
+
+BackendSession::Fail BackendSession::get_inflight_fd(const InflightInfo& req) noexcept {
+    if (!inflight_shape_ok(req)) return Fail::Payload;
+    const uint64_t queue_bytes = inflight_queue_bytes(req.queue_size);
+    const uint64_t total = queue_bytes * req.num_queues;  // <= 2^16 * 2^19: no overflow
+    if (total > kMaxInflightBytes) return Fail::Payload;
+    // The running rings write the current log.
+    if (any_started()) return Fail::State;
+    auto r = mem::MemoryRegion::create(total, "pvnet-inflight");
+    if (!r) return Fail::State;
+    auto inf = std::make_unique<Inflight>(Inflight{std::move(r.value()), req.num_queues,
+                                                   req.queue_size, queue_bytes});
+    for (uint16_t q = 0; q < req.num_queues; ++q) {
+        (void)ring::init_split_inflight(inf->map.bytes().subspan(q * queue_bytes, queue_bytes),
+                                        req.queue_size);
+    }
+    inflight_reply_ = InflightInfo{total, 0, req.num_queues, req.queue_size};
+    inflight_ = std::move(inf);
+    stats_.inflight_fds.add();
+    return Fail::None;
+}
+
+BackendSession::Fail BackendSession::set_inflight_fd(const InflightInfo& info, Fds& fds) noexcept {
+    if (!inflight_shape_ok(info)) return Fail::Payload;
+    const uint64_t queue_bytes = inflight_queue_bytes(info.queue_size);
+    // Rule: room for every queue's log; offset + size does not wrap.
+    if (info.mmap_size < queue_bytes * info.num_queues ||
+        info.mmap_offset > UINT64_MAX - info.mmap_size) {
+        return Fail::Payload;
+    }
+    if (any_started()) return Fail::State;
+    // map_fd refuses a range past the file's end, an unaligned offset and
+    // anything but a writable memfd-like file; it takes the fd either way.
+    auto r = mem::MemoryRegion::map_fd(fds.take(0), info.mmap_size, info.mmap_offset);
+    if (!r) return Fail::Payload;
+    // Rule: the data path writes the log; a file the front-end could shrink
+    // would turn those writes into SIGBUS. GET_INFLIGHT_FD's memfds are sealed.
+    if (!r->sealed_against_shrink()) return Fail::Payload;
+    inflight_ = std::make_unique<Inflight>(
+        Inflight{std::move(r.value()), info.num_queues, info.queue_size, queue_bytes});
+    stats_.inflight_fds.add();
+    return Fail::None;
 }
 
 }  // namespace pvnet::vhost_user

@@ -86,7 +86,8 @@ struct Server::Impl {
     /// listening socket is then left unwatched for this session, no spin).
     bool reject_busy() noexcept;
     bool watch_listen = true;
-    bool write_all(int conn, const std::byte* buf, std::size_t len) noexcept;
+    /// Sends `len` bytes; `fd` (when >= 0) rides with the first of them (SCM_RIGHTS).
+    bool write_all(int conn, const std::byte* buf, std::size_t len, int fd) noexcept;
 };
 
 Result<std::unique_ptr<Server>, std::string> Server::create(const ServerConfig& cfg,
@@ -254,13 +255,20 @@ Server::Impl::Read Server::Impl::read_exact(int conn, std::byte* buf, std::size_
     return Read::Ok;
 }
 
-bool Server::Impl::write_all(int conn, const std::byte* buf, std::size_t len) noexcept {
+bool Server::Impl::write_all(int conn, const std::byte* buf, std::size_t len, int fd) noexcept {
     const auto deadline = Clock::now() + std::chrono::milliseconds(cfg.stall_ms);
     std::size_t done = 0;
     while (done < len) {
-        const ssize_t n = ::send(conn, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+        iovec iov{const_cast<std::byte*>(buf + done), len - done};
+        msghdr mh{};
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))];
+        if (fd >= 0) put_rights(mh, cbuf, std::span(&fd, 1));
+        const ssize_t n = ::sendmsg(conn, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             done += static_cast<std::size_t>(n);
+            fd = -1;  // sent with those bytes
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -297,7 +305,9 @@ void Server::Impl::serve(int conn) noexcept {
         const Outcome out = session.handle(h, std::span(payload.data(), h.size), fds);
         fds.clear();
         mtu = session.mtu();
-        if (out.reply_len != 0 && !write_all(conn, out.reply.data(), out.reply_len)) return;
+        if (out.reply_len != 0 && !write_all(conn, out.reply.data(), out.reply_len, out.reply_fd)) {
+            return;
+        }
         if (out.close) return;
     }
 }

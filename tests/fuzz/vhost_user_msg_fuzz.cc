@@ -2,18 +2,22 @@
 // requests with fds, without a socket, against a VhostNet on a PeerPort
 // (no worker: the control plane only).
 //
-// Input, read front to back (fuzz_support.h Reader): u8 REPLY_ACK
-// negotiated first or not; then per message, until the input ends or the
-// session closes: u8 request (< 0xf0: one of the known ones, else a raw u32
-// follows), u8 flags (< 200: version 1, bit 0 NEED_REPLY; else a raw u32
-// follows), u8 fds (low nibble: count 0..kMaxFds + 1; high nibble: kind of
-// the first, eventfd or a memfd of 4 KiB / 64 KiB / 1 MiB), u8 fit (for
+// Input, read front to back (fuzz_support.h Reader): u8 protocol features
+// negotiated first (bit 0 REPLY_ACK, bit 1 INFLIGHT_SHMFD); then per
+// message, until the input ends or the session closes: u8 request (< 0xf0:
+// one of the known ones, else a raw u32 follows), u8 flags (< 200: version
+// 1, bit 0 NEED_REPLY; else a raw u32 follows), u8 fds (low nibble: count
+// 0..kMaxFds + 1; high nibble: kind of the first, eventfd or a memfd of
+// 4 KiB / 64 KiB / 1 MiB, sealed against shrinking), u8 fit (for
 // SET_MEM_TABLE: each region's size set to its memfd's, offset 0, so tables
-// map), u16 payload size (mod kMaxPayload + 1), the payload.
+// map; for SET_INFLIGHT_FD: mmap_size the memfd's, offset 0), u16 payload
+// size (mod kMaxPayload + 1), the payload.
 //
-// Checked: a reply is a REPLY-flagged version-1 header with 8 bytes; no fd
-// outlives the session (the /proc/self/fd count before and after).
+// Checked: a reply is a REPLY-flagged version-1 header with 8 bytes (24 and
+// an fd for GET_INFLIGHT_FD); no fd outlives the session (the /proc/self/fd
+// count before and after).
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -59,8 +63,9 @@ struct World {
 int make_fd(uint8_t kind) {
     static constexpr std::size_t kSizes[] = {4096, 64 * 1024, 1024 * 1024};
     if (kind % 4 == 0) return ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    const int fd = ::memfd_create("vu_fuzz", MFD_CLOEXEC);
-    if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(kSizes[kind % 4 - 1])) != 0) {
+    const int fd = ::memfd_create("vu_fuzz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd >= 0 && (::ftruncate(fd, static_cast<off_t>(kSizes[kind % 4 - 1])) != 0 ||
+                    ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)) {
         ::close(fd);
         return -1;
     }
@@ -81,9 +86,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     {
         SessionStats stats;
         BackendSession s(*w.dev, w.cfg, stats);
-        if ((in.u8() & 1) != 0) {
+        const uint8_t proto = in.u8();
+        if ((proto & 3) != 0) {
             const MsgHeader h{static_cast<uint32_t>(Request::SetProtocolFeatures), kVersion, 8};
-            const uint64_t f = bit(kProtoReplyAck);
+            const uint64_t f = ((proto & 1) != 0 ? bit(kProtoReplyAck) : 0) |
+                               ((proto & 2) != 0 ? bit(kProtoInflightShmfd) : 0);
             std::byte p[8];
             std::memcpy(p, &f, sizeof f);
             FUZZ_CHECK(!s.handle(h, p, {}).close);
@@ -111,12 +118,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     std::memset(payload.data() + 8 + 32 * r + 24, 0, 8);
                 }
             }
+            if (fit && h.request == static_cast<uint32_t>(Request::SetInflightFd) &&
+                !fds.empty() && payload.size() >= 16) {
+                const uint64_t bytes_in_fd = fd_bytes(fds[0]);
+                std::memcpy(payload.data(), &bytes_in_fd, 8);
+                std::memset(payload.data() + 8, 0, 8);
+            }
             const Outcome out = s.handle(h, payload, fds);
             if (out.reply_len != 0) {
                 MsgHeader rh;
                 std::memcpy(&rh, out.reply.data(), sizeof rh);
-                FUZZ_CHECK(out.reply_len == sizeof rh + 8 && rh.size == 8 &&
+                const bool inflight = out.reply_fd >= 0;
+                const uint32_t want = inflight ? sizeof(InflightInfo) : 8;
+                FUZZ_CHECK(out.reply_len == sizeof rh + want && rh.size == want &&
                            rh.flags == (kVersion | kFlagReply) && rh.request == h.request);
+                FUZZ_CHECK(!inflight || h.request == static_cast<uint32_t>(Request::GetInflightFd));
             }
             if (out.close) break;
         }

@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "pvnet/backend/net_device.h"
@@ -139,6 +140,21 @@ public:
         }
         return v;
     }
+    /// GET_INFLIGHT_FD: the reply's InflightInfo and the fd that came with it
+    /// (the caller owns it); nullopt on EOF / timeout / a bad reply.
+    std::optional<std::pair<InflightInfo, int>> get_inflight(const InflightInfo& req) {
+        if (!msg(Request::GetInflightFd, req, {}, false)) return std::nullopt;
+        MsgHeader h;
+        InflightInfo info;
+        std::vector<int> fds;
+        if (!read_all(&h, sizeof h, &fds) || h.request != static_cast<uint32_t>(Request::GetInflightFd) ||
+            h.flags != (kVersion | kFlagReply) || h.size != sizeof info ||
+            !read_all(&info, sizeof info, &fds) || fds.size() != 1) {
+            for (const int fd : fds) ::close(fd);
+            return std::nullopt;
+        }
+        return std::pair{info, fds[0]};
+    }
     /// Sends with NEED_REPLY and returns the REPLY_ACK value.
     template <typename T>
     std::optional<uint64_t> ack(Request r, const T& payload, std::span<const int> fds = {}) {
@@ -171,10 +187,27 @@ public:
     }
 
 private:
-    bool read_all(void* p, std::size_t n) {
+    /// Reads n bytes; fds that come with them go to `fds` (else closed).
+    bool read_all(void* p, std::size_t n, std::vector<int>* fds = nullptr) {
         auto* b = static_cast<char*>(p);
         while (n != 0) {
-            const ssize_t k = ::recv(fd_, b, n, 0);
+            iovec iov{b, n};
+            msghdr mh{};
+            mh.msg_iov = &iov;
+            mh.msg_iovlen = 1;
+            alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 4)];
+            mh.msg_control = cbuf;
+            mh.msg_controllen = sizeof cbuf;
+            const ssize_t k = ::recvmsg(fd_, &mh, MSG_CMSG_CLOEXEC);
+            std::vector<int> got;
+            if (k > 0) take_rights(mh, got);
+            for (const int fd : got) {
+                if (fds != nullptr) {
+                    fds->push_back(fd);
+                } else {
+                    ::close(fd);
+                }
+            }
             if (k <= 0) return false;
             b += k;
             n -= static_cast<std::size_t>(k);

@@ -10,7 +10,9 @@
 // max_virtqueue_pairs).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -50,6 +52,11 @@ struct VringSetup {
     /// Grants: how descriptors' buffers are reached (the memory table then
     /// holds only the rings). Null: buffers are guest addresses in the table.
     mem::BufferAccess* buffers = nullptr;
+    /// vhost-user INFLIGHT_SHMFD: this vring's inflight log (ring/inflight.h),
+    /// borrowed like the fds. Empty: none. With a log, start resumes where
+    /// the log says (used.idx + the heads in flight), not at `base`, and
+    /// returns what a dead predecessor left in flight used with length 0.
+    std::span<std::byte> inflight;
 };
 
 /// A whole device: what start() of every enabled vring needs.

@@ -158,6 +158,8 @@ struct VhostNetStats {
     Counter direct_runs;        ///< process_tx_now() ran the tx loop in the caller's thread
     Counter direct_pkts;        ///< ... packets it moved
     Counter direct_busy;        ///< ... found tx_mu held
+    Counter tx_inflight_dropped, rx_inflight_dropped;  ///< chains a dead predecessor left
+                                                       ///< in flight, returned used with 0
 };
 
 /// Device-wide counters.

@@ -39,4 +39,23 @@ inline uint16_t load_event(uint16_t* p) noexcept {
     return virtio::le_to_host(std::atomic_ref<uint16_t>(*p).load(std::memory_order_relaxed));
 }
 
+/// The inflight log (inflight.h) is read by a later back-end after this one
+/// died, never concurrently: what matters is that no store becomes visible
+/// before the stores that precede it in program order. A release store
+/// gives that (a plain store on x86), no fence needed.
+template <typename T>
+inline void log_store_release(T* p, T v) noexcept {
+    std::atomic_ref<T>(*p).store(v, std::memory_order_release);
+}
+/// A log store nothing later depends on (its order comes from a later release).
+template <typename T>
+inline void log_store(T* p, T v) noexcept {
+    std::atomic_ref<T>(*p).store(v, std::memory_order_relaxed);
+}
+/// Recovery's snapshot of a log field: one tear-free read of hostile memory.
+template <typename T>
+inline T log_load(T* p) noexcept {
+    return std::atomic_ref<T>(*p).load(std::memory_order_relaxed);
+}
+
 }  // namespace pvnet::ring

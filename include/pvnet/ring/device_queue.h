@@ -21,6 +21,7 @@
 #include "pvnet/ring/ring_error.h"
 #include "pvnet/ring/ring_idx.h"
 #include "pvnet/ring/event_idx.h"
+#include "pvnet/ring/inflight.h"
 #include "pvnet/ring/split_ring.h"
 #include "pvnet/util/counters.h"
 #include "pvnet/util/result.h"
@@ -63,12 +64,20 @@ struct DeviceQueueConfig {
     /// the base a stopped queue reported (vhost-user SET_VRING_BASE /
     /// GET_VRING_BASE). used.idx is not configured: create reads it from the
     /// ring (vhost_vq_init_access), so a restart continues where the last
-    /// publish left it.
+    /// publish left it. Ignored with an inflight log, which knows better
+    /// (used.idx + the heads in flight), as libvhost-user ignores it.
     RingIdx last_avail_idx;
     /// Null: buffer addresses are guest addresses, translated by the memory
     /// table. Otherwise this maps each data descriptor (a grant) and is told
     /// when its chain is used; it must outlive the queue.
     mem::BufferAccess* buffers = nullptr;
+    /// The queue's inflight log (SplitInflightLog, vhost-user
+    /// INFLIGHT_SHMFD), borrowed: it must outlive the queue. Empty: none.
+    /// create() recovers from what the log holds: every head a previous
+    /// device popped and never returned is returned used with length 0
+    /// (counted in inflight_dropped); a log that does not fit the ring
+    /// refuses the queue (InflightBadLog, InflightBadUsed, InflightTooMany).
+    std::span<std::byte> inflight;
 };
 
 struct DeviceQueueStats {
@@ -79,14 +88,16 @@ struct DeviceQueueStats {
     Counter signals_needed;      ///< should_signal() said yes
     Counter signals_suppressed;  ///< ... said no (EVENT_IDX or NO_INTERRUPT)
     Counter notify_rechecks;     ///< enable_notify() found new buffers
+    Counter inflight_dropped;    ///< heads a previous device left in flight, returned used with 0
 };
 
 class SplitDeviceQueue {
 public:
     /// Maps and validates the ring; the table must outlive the queue. Starts
     /// at cfg.last_avail_idx and at the ring's used.idx (any 16-bit value is
-    /// legal there); writes nothing to ring memory. The first observation of
-    /// avail.idx is checked against the start like any other
+    /// legal there); writes nothing to ring memory, unless an inflight log
+    /// had heads to return (see DeviceQueueConfig::inflight). The first
+    /// observation of avail.idx is checked against the start like any other
     /// (distance(last_avail_idx, avail.idx) <= size).
     static Result<std::unique_ptr<SplitDeviceQueue>, RingError> create(
         const mem::MemoryTable& table, const DeviceQueueConfig& cfg) noexcept;
@@ -139,6 +150,7 @@ public:
     RingError broken_reason() const noexcept { return broken_.reason(); }
     /// Forgets all state as vhost_vq_reset does (the driver reset the device):
     /// indices back to 0, not to the configured base; ring memory untouched.
+    /// An inflight log is cleared to match (nothing in flight, used_idx 0).
     void reset() noexcept;
 
     uint16_t size() const noexcept { return ptrs_.size; }
@@ -153,6 +165,11 @@ public:
 private:
     SplitDeviceQueue(const mem::MemoryTable& table, const DeviceQueueConfig& cfg,
                      const SplitRingPtrs& ptrs);
+    /// reset() without touching the inflight log (create, before recovery).
+    void reset_state() noexcept;
+    /// create() with a log: validates what it holds against the ring, then
+    /// returns every head still in flight used with length 0, in pop order.
+    Status<RingError> recover_inflight() noexcept;
     PopStatus fail(RingError e) noexcept;
     bool reject(RingError e) noexcept {
         fail(e);
@@ -190,6 +207,8 @@ private:
     std::unique_ptr<uint64_t[]> inflight_bits_;      ///< popped, not pushed
     std::unique_ptr<uint32_t[]> inflight_in_bytes_;  ///< writable bytes per head
     std::unique_ptr<uint16_t[]> popped_heads_;       ///< head per avail slot, for unpop
+    SplitInflightLog log_;                           ///< empty without a log
+    std::unique_ptr<uint16_t[]> staged_heads_;       ///< with a log: the heads staged, in order
     DeviceQueueStats stats_;
 };
 

@@ -15,6 +15,11 @@ enum class RingError : uint8_t {
     BadQueueSize,          ///< zero, not a power of two, or above the maximum
     RingMisaligned,        ///< desc/avail/used not 16/2/4-aligned
     RingUnmapped,          ///< a ring part not wholly inside one region
+    // Setup with an inflight log (inflight.h): the log a crashed back-end or
+    // the front-end left does not fit the ring; the queue is refused.
+    InflightBadLog,        ///< header (version, desc_num, room, alignment) or a flag not 0/1
+    InflightBadUsed,       ///< log used_idx more than the size behind used.idx, or a used id >= size
+    InflightTooMany,       ///< more heads in flight than the driver made available
     // Device side: the driver broke a ring rule.
     AvailIdxJump,          ///< avail.idx moved more than the queue size
     HeadOutOfRange,        ///< avail ring head >= queue size

@@ -18,7 +18,20 @@
 // - A vring runs once it has a size, addresses, a memory table, a kick fd
 //   (or the no-fd flag) and is enabled (with PROTOCOL_FEATURES only after
 //   SET_VRING_ENABLE 1). GET_VRING_BASE and disabling stop it; a new kick
-//   restarts it from its base.
+//   restarts it from its base. Every popped chain is used or given back
+//   before a stop, so a stopped ring's used.idx equals its base.
+// - Inflight I/O tracking (INFLIGHT_SHMFD negotiated, else unsupported):
+//   GET_INFLIGHT_FD (num_queues <= the data vrings, queue_size a power of two
+//   <= 32768, at most kMaxInflightBytes) creates a sealed memfd of one log per
+//   queue and answers with it; SET_INFLIGHT_FD (exactly one fd, sealed
+//   against shrinking, offset + size overflow-checked and inside the file,
+//   size >= what num_queues and queue_size need) maps the one a front-end
+//   kept across a back-end restart. Either replaces the session's log only
+//   while no vring runs. Vring i < num_queues then runs with log i (its size
+//   must be queue_size, and the log must fit the ring: inflight_bad_log
+//   otherwise) and resumes where the log says, not at SET_VRING_BASE's value,
+//   returning what a dead predecessor left in flight used with length 0.
+//   The log is unmapped at disconnect, like the memory table.
 #pragma once
 
 #include <array>
@@ -38,11 +51,15 @@
 namespace pvnet::vhost_user {
 
 /// What the server does after a request: send `reply` (when reply_len is
-/// non-zero), then keep reading or close the connection.
+/// non-zero) with `reply_fd` (when >= 0) in SCM_RIGHTS, then keep reading or
+/// close the connection.
 struct Outcome {
     bool close = false;
     std::size_t reply_len = 0;
-    std::array<std::byte, sizeof(MsgHeader) + sizeof(uint64_t)> reply{};
+    std::array<std::byte, sizeof(MsgHeader) + sizeof(InflightInfo)> reply{};
+    /// Borrowed from the session (GET_INFLIGHT_FD's memfd): valid until its
+    /// next request; the socket layer sends it, never closes it.
+    int reply_fd = -1;
 };
 
 /// The virtio features offered to a front-end: the device's, without the
@@ -88,6 +105,13 @@ private:
         std::vector<std::byte*> hosts;  ///< each region's first byte (offset applied)
         mem::MemoryTable table;
     };
+    /// The inflight buffer: one log per queue, queue i at i * queue_bytes.
+    struct Inflight {
+        mem::MemoryRegion map;
+        uint16_t num_queues = 0;
+        uint16_t queue_size = 0;
+        uint64_t queue_bytes = 0;
+    };
     enum class Fail : uint8_t { None, Payload, Fds, State, Unsupported };
 
     Fail dispatch(Request r, std::span<const std::byte> p, Fds& fds, uint64_t& reply,
@@ -96,6 +120,10 @@ private:
     Fail set_mem_table(std::span<const std::byte> p, Fds& fds) noexcept;
     Fail set_vring_addr(const VringAddr& a) noexcept;
     Fail set_vring_fd(Request r, uint64_t v, Fds& fds) noexcept;
+    Fail get_inflight_fd(const InflightInfo& req) noexcept;
+    Fail set_inflight_fd(const InflightInfo& info, Fds& fds) noexcept;
+    /// num_queues and queue_size a log may have.
+    bool inflight_shape_ok(const InflightInfo& i) const noexcept;
     /// Starts vring i if it is complete and enabled; false if the device refused it.
     bool maybe_start(uint16_t i) noexcept;
     void stop(uint16_t i) noexcept;
@@ -109,6 +137,8 @@ private:
     SessionStats& stats_;
     std::vector<Vring> vrings_;  ///< 2 * max_pairs data vrings
     std::unique_ptr<Memory> mem_;
+    std::unique_ptr<Inflight> inflight_;
+    InflightInfo inflight_reply_;  ///< GET_INFLIGHT_FD's answer, while handle() builds it
     uint64_t features_ = 0;
     bool features_set_ = false;
     uint64_t protocol_features_ = 0;

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "pvnet/virtio/inflight.h"
+
 namespace pvnet::vhost_user {
 
 /// Front-end → back-end requests ("Front-end message types").
@@ -162,41 +164,24 @@ struct InflightInfo {
 };
 static_assert(sizeof(InflightInfo) == 24);
 
-/// The split ring's part of that buffer, per queue (vhost-user.rst,
-/// "Inflight I/O tracking"): a header, then one DescStateSplit per
-/// descriptor. `counter` orders the in-flight heads by pop; the back-end
-/// sets `used_idx` after it cleared a batch's heads, so a restart that finds
-/// it behind the ring's used.idx knows the batch between them was used.
-struct DescStateSplit {
-    uint8_t inflight;
-    uint8_t padding[5];
-    uint16_t next;
-    uint64_t counter;
-};
-static_assert(sizeof(DescStateSplit) == 16);
-struct QueueRegionSplit {
-    uint64_t features;
-    uint16_t version;
-    uint16_t desc_num;
-    uint16_t last_batch_head;
-    uint16_t used_idx;
-    DescStateSplit desc[1];  ///< desc_num of them
-};
-static_assert(sizeof(QueueRegionSplit) == 16 + sizeof(DescStateSplit));
-inline constexpr uint64_t kInflightQueueHeader = 16;
-inline constexpr uint64_t kInflightAlign = 64;
-/// One queue's share of the buffer: header and descriptors, 64-byte aligned.
-constexpr uint64_t inflight_queue_bytes(uint16_t queue_size) noexcept {
-    return (kInflightQueueHeader + uint64_t{queue_size} * sizeof(DescStateSplit) +
-            kInflightAlign - 1) / kInflightAlign * kInflightAlign;
-}
+/// The buffer holds one split-ring log per queue (layout in
+/// virtio/inflight.h), queue i at i * inflight_queue_bytes(queue_size).
+using virtio::DescStateSplit;
+using virtio::inflight_queue_bytes;
+using virtio::QueueRegionSplit;
 
 /// The largest payload a request of this protocol carries (SET_MEM_TABLE).
 inline constexpr std::size_t kMaxPayload = sizeof(MemTable);
 
-/// The protocol features pvnet's back-end offers: MQ, REPLY_ACK, NET_MTU
-/// and STATUS. Everything else is refused (backend_session.h says how).
-inline constexpr uint64_t kBackendProtocolFeatures =
-    bit(kProtoMq) | bit(kProtoReplyAck) | bit(kProtoNetMtu) | bit(kProtoStatus);
+/// The protocol features pvnet's back-end offers: MQ, REPLY_ACK, NET_MTU,
+/// INFLIGHT_SHMFD and STATUS. Everything else is refused (backend_session.h
+/// says how).
+inline constexpr uint64_t kBackendProtocolFeatures = bit(kProtoMq) | bit(kProtoReplyAck) |
+                                                     bit(kProtoNetMtu) |
+                                                     bit(kProtoInflightShmfd) | bit(kProtoStatus);
+
+/// GET_INFLIGHT_FD allocates at most this much (num_queues *
+/// inflight_queue_bytes(queue_size)): 256 pairs of 32768-entry rings.
+inline constexpr uint64_t kMaxInflightBytes = uint64_t{256} << 20;
 
 }  // namespace pvnet::vhost_user

@@ -44,6 +44,8 @@ struct SessionStats {
     Counter mem_table_same;     ///< SET_MEM_TABLE identical to the current one: nothing remapped
     Counter rings_started;      ///< vrings the device started
     Counter rings_stopped;      ///< vrings stopped (GET_VRING_BASE, disable, disconnect)
+    Counter inflight_fds;       ///< inflight buffers created (GET_INFLIGHT_FD) or mapped (SET_)
+    Counter inflight_bad_log;   ///< vrings refused: their inflight log does not fit the ring
 };
 
 struct ServerConfig {
