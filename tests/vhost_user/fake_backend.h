@@ -203,7 +203,7 @@ private:
                 InflightInfo info{bytes, 0, ask.num_queues, ask.queue_size};
                 if (d == Defect::InflightBeyondFd) info.mmap_size = 2 * bytes;
                 if (d == Defect::InflightOffsetOverflow) info.mmap_offset = UINT64_MAX - 16;
-                if (d == Defect::InflightTooSmall) info.mmap_size = bytes - kInflightAlign;
+                if (d == Defect::InflightTooSmall) info.mmap_size = bytes - virtio::kInflightAlign;
                 put(info);
                 size = sizeof info;
                 const int m = ::memfd_create("fe_hostile_inflight", MFD_CLOEXEC);
