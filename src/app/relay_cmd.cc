@@ -464,6 +464,12 @@ void add_relay_command(CLI::App& app) {
         if (vhost_user->count() != 0) {
             if (o->plain) throw CLI::ValidationError("--vhost-user", "applies to the ring relay, not --plain");
             for (const CLI::Option* opt : backend_opts) {
+                // Coalescing is asked of the device (NOTF_COAL), the rest is serve's.
+                const std::string n = opt->get_name();
+                if (n == "--tx-frames" || n == "--tx-usecs" || n == "--rx-frames" ||
+                    n == "--rx-usecs") {
+                    continue;
+                }
                 if (opt->count() != 0) {
                     throw CLI::ValidationError(opt->get_name(),
                                                "is the backend's: give it to pvnet serve");

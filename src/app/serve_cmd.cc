@@ -59,6 +59,7 @@ struct ServeOptions {
     double stats_interval = 0;
     std::string json_stats;
     uint16_t mtu = 1500;
+    bool ctrl_vq = false;
 };
 
 constexpr uint32_t kL2HdrBytes = 14 + 4;  // Ethernet and one 802.1Q tag beyond the MTU
@@ -172,6 +173,7 @@ void run(const ServeOptions& o, MakePort make_port) {
         cfg.path = o.sockets[d];
         cfg.client = o.client;
         cfg.max_mtu = o.mtu;
+        cfg.ctrl_vq = o.ctrl_vq;
         auto srv = vhost_user::Server::create(cfg, *dv.dev);
         if (!srv) throw std::runtime_error(srv.error());
         dv.server = std::move(*srv);
@@ -324,6 +326,10 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--json-stats", o->json_stats,
                     "write the counters as JSON here at every stats line and at the end")
         ->check(checks::OutputPath());
+    cmd->add_flag("--ctrl-vq", o->ctrl_vq,
+                  "offer the device's own control queue (CTRL_VQ, NOTF_COAL, MQ, RSS, "
+                  "HASH_REPORT) to a front-end that drives it, as pvnet's does; QEMU emulates its "
+                  "own and ignores this");
     cmd->add_option("--mtu", o->mtu,
                     "largest MTU: echo/macswap/switch frame size, and the NET_MTU the device "
                     "offers")

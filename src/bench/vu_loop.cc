@@ -37,8 +37,11 @@ std::unique_ptr<VuLoop> VuLoop::create(const VuLoopConfig& cfg, std::string& err
     }
     l->fe_ = std::move(*fe);
     using namespace virtio;
-    const uint64_t wanted = feature_mask(VIRTIO_F_VERSION_1) | feature_mask(VIRTIO_RING_F_EVENT_IDX);
-    auto f = l->fe_->connect(wanted);
+    // The control queue where the back-end offers its own (serve --ctrl-vq).
+    const uint64_t ctrl = feature_mask(VIRTIO_NET_F_CTRL_VQ) | feature_mask(VIRTIO_NET_F_NOTF_COAL);
+    const uint64_t wanted =
+        feature_mask(VIRTIO_F_VERSION_1) | feature_mask(VIRTIO_RING_F_EVENT_IDX) | ctrl;
+    auto f = l->fe_->connect(wanted, ctrl);
     if (!f) {
         error = f.error().text;
         return nullptr;
@@ -46,6 +49,7 @@ std::unique_ptr<VuLoop> VuLoop::create(const VuLoopConfig& cfg, std::string& err
     frontend::VirtioNetConfig fc;
     fc.rx_size = fc.tx_size = cfg.queue_size;
     fc.event_idx = has_feature(*f, VIRTIO_RING_F_EVENT_IDX);
+    fc.ctrl_vq = (*f & ctrl) == ctrl;
     if (auto err = l->tb_.setup(fc)) {
         error = *err;
         return nullptr;
@@ -139,6 +143,11 @@ void VuLoop::on_done(bool ok, const std::string& why) {
     outages_.back().recovered = true;
     outages_.back().setup_ms = static_cast<double>(now_ns() - lost_ns_) / 1e6;
     recovered_.store(true, std::memory_order_release);
+}
+
+Status<frontend::FrontendError> VuLoop::set_coalesce(notify::CoalesceParams rx,
+                                                     notify::CoalesceParams tx) noexcept {
+    return tb_.fe().set_coalesce(rx, tx);
 }
 
 VuLoopResult VuLoop::finish(double drain_s) {

@@ -85,9 +85,11 @@ Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRela
         const uint64_t needed = feature_mask(VIRTIO_F_VERSION_1) |
                                 feature_mask(VIRTIO_RING_F_INDIRECT_DESC) |
                                 feature_mask(VIRTIO_NET_F_MRG_RXBUF) | offload_bits;
+        // The control queue where serve offers its own (--ctrl-vq): coalescing asked for.
+        const uint64_t ctrl = feature_mask(VIRTIO_NET_F_CTRL_VQ) | feature_mask(VIRTIO_NET_F_NOTF_COAL);
         const uint64_t wanted =
-            needed | (cfg.fe.event_idx ? feature_mask(VIRTIO_RING_F_EVENT_IDX) : 0);
-        auto f = r->vu_->connect(wanted);
+            needed | ctrl | (cfg.fe.event_idx ? feature_mask(VIRTIO_RING_F_EVENT_IDX) : 0);
+        auto f = r->vu_->connect(wanted, ctrl);
         if (!f) return unexpected("vhost-user backend: " + f.error().text);
         if ((*f & needed) != needed) {
             return unexpected(std::string("vhost-user backend: it does not offer ") +
@@ -96,6 +98,16 @@ Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRela
                                    : "indirect descriptors and mergeable rx buffers"));
         }
         r->cfg_.fe.event_idx = has_feature(*f, VIRTIO_RING_F_EVENT_IDX);
+        r->remote_ctrl_ = (*f & ctrl) == ctrl;
+        const notify::CoalesceParams none{};
+        if (!r->remote_ctrl_ && (cfg.rx_coalesce.max_frames != none.max_frames ||
+                                 cfg.rx_coalesce.max_usecs != none.max_usecs ||
+                                 cfg.tx_coalesce.max_frames != none.max_frames ||
+                                 cfg.tx_coalesce.max_usecs != none.max_usecs)) {
+            return unexpected(std::string(
+                "vhost-user backend: coalescing is asked over the control queue, which it does "
+                "not offer (run pvnet serve with --ctrl-vq)"));
+        }
     }
     port::TapConfig a = cfg.guest_tap, b = cfg.host_tap;
     // What tap A may hand the guest (HOST_TSO*) and tap B the backend
@@ -122,7 +134,7 @@ Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRela
 
     frontend::VirtioNetConfig fc = r->cfg_.fe;
     fc.queue_pairs = cfg.queues;
-    fc.ctrl_vq = !remote;
+    fc.ctrl_vq = !remote || r->remote_ctrl_;
     fc.buf_bytes = kSlotBytes;
     fc.indirect_desc = true;
     fc.mergeable_rx = true;
@@ -207,6 +219,9 @@ Status<std::string> RingRelay::start() {
             if (ok) vu_reconnects_.add_shared();
         };
         reconnector_ = std::make_unique<vhost_user::Reconnector>(*vu_, 3600.0, std::move(h));
+        if (remote_ctrl_ && !tb_.fe().set_coalesce(cfg_.rx_coalesce, cfg_.tx_coalesce)) {
+            return unexpected(std::string("NOTF_COAL control request failed"));
+        }
         for (auto& q : queues_) q->thread = std::thread([this, &q = *q] { guest_loop(q); });
         return {};
     }

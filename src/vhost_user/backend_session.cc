@@ -19,7 +19,8 @@ namespace {
 constexpr uint64_t mq_feature() noexcept { return virtio::feature_mask(virtio::VIRTIO_NET_F_MQ); }
 }  // namespace
 
-uint64_t session_features(const backend::NetDevice& dev) noexcept {
+uint64_t session_features(const backend::NetDevice& dev, bool ctrl_vq) noexcept {
+    if (ctrl_vq) return dev.offered_features() | bit(kFProtocolFeatures);
     // The control queue's features: QEMU emulates that queue, so their
     // commands (RSS_CONFIG and HASH_CONFIG among them) would never reach the
     // device, and a hash report would report a hash nobody configured.
@@ -57,7 +58,7 @@ private:
 BackendSession::BackendSession(backend::NetDevice& dev, const ServerConfig& cfg,
                                SessionStats& stats) noexcept
     : dev_(dev), cfg_(cfg), stats_(stats) {
-    vrings_.resize(2u * dev.max_pairs());
+    vrings_.resize(2u * dev.max_pairs() + (cfg.ctrl_vq ? 1u : 0u));
 }
 
 BackendSession::~BackendSession() { stop_all_and_reset(); }
@@ -98,7 +99,11 @@ bool BackendSession::maybe_start(uint16_t i) noexcept {
     s.call = v.call.get();
     s.err = v.err.get();
     s.enabled = true;
-    if (inflight_ && i < inflight_->num_queues) {
+    const bool ctrl = i == backend::ctrl_vring(dev_.max_pairs());
+    // The control vring runs only when CTRL_VQ was negotiated.
+    if (ctrl && !virtio::has_feature(features_, virtio::VIRTIO_NET_F_CTRL_VQ)) return false;
+    // The control queue's commands are not logged: a restarted device never redoes one.
+    if (inflight_ && !ctrl && i < inflight_->num_queues) {
         // Rule: a log is laid out for one ring size.
         if (inflight_->queue_size != v.num) {
             stats_.inflight_bad_log.add();
@@ -259,7 +264,7 @@ BackendSession::Fail BackendSession::dispatch(Request r, std::span<const std::by
     }
     switch (r) {
         case Request::GetFeatures:
-            reply = session_features(dev_);
+            reply = session_features(dev_, cfg_.ctrl_vq);
             has_reply = true;
             return Fail::None;
         case Request::SetFeatures: return set_features(u64);
@@ -359,12 +364,16 @@ BackendSession::Fail BackendSession::dispatch(Request r, std::span<const std::by
 }
 
 BackendSession::Fail BackendSession::set_features(uint64_t f) noexcept {
-    if ((f & ~session_features(dev_)) != 0) return Fail::Unsupported;
+    if ((f & ~session_features(dev_, cfg_.ctrl_vq)) != 0) return Fail::Unsupported;
     // QEMU with queues=N repeats the whole setup once per queue pair.
     if (features_set_ && f == features_) return Fail::None;
     if (any_started()) return Fail::State;
     // MQ stays QEMU's: without CTRL_VQ the device serves every pair it is given.
-    if (!dev_.set_features(f & ~(bit(kFProtocolFeatures) | mq_feature()))) return Fail::Payload;
+    // Without the device's control queue MQ stays QEMU's (it steers by enabling vrings).
+    const uint64_t keep_mq = cfg_.ctrl_vq ? mq_feature() : 0;
+    if (!dev_.set_features(f & ~(bit(kFProtocolFeatures) | (mq_feature() & ~keep_mq)))) {
+        return Fail::Payload;
+    }
     features_ = f;
     features_set_ = true;
     return Fail::None;

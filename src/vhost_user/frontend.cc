@@ -126,7 +126,7 @@ struct Frontend::Impl {
     Status<FrontendError> set(Request r, const T& v, std::span<const int> fds = {}) noexcept {
         return set(r, &v, sizeof v, fds);
     }
-    Result<uint64_t, FrontendError> negotiate(uint64_t wanted) noexcept;
+    Result<uint64_t, FrontendError> negotiate(uint64_t wanted, uint64_t all_or_none = 0) noexcept;
     /// The device's queue pairs are no more than GET_QUEUE_NUM's answer.
     Status<FrontendError> check_queues(const backend::DeviceSetup& d) noexcept {
         const auto pairs = static_cast<uint16_t>(d.vrings.size() / 2);
@@ -325,7 +325,8 @@ Status<FrontendError> Frontend::Impl::set(Request r, const void* p, uint32_t siz
     return {};
 }
 
-Result<uint64_t, FrontendError> Frontend::Impl::negotiate(uint64_t wanted) noexcept {
+Result<uint64_t, FrontendError> Frontend::Impl::negotiate(uint64_t wanted,
+                                                          uint64_t all_or_none) noexcept {
     auto offered = get_u64(Request::GetFeatures);
     if (!offered) return unexpected(offered.error());
     if ((*offered & bit(kFProtocolFeatures)) == 0) {
@@ -336,7 +337,8 @@ Result<uint64_t, FrontendError> Frontend::Impl::negotiate(uint64_t wanted) noexc
     if ((*offered & version_1) == 0) {
         return fail(FrontendFail::Features, "the back-end does not offer VIRTIO_F_VERSION_1");
     }
-    const uint64_t f = wanted & *offered & ~bit(kFProtocolFeatures);
+    uint64_t f = wanted & *offered & ~bit(kFProtocolFeatures);
+    if ((f & all_or_none) != all_or_none) f &= ~all_or_none;
     if (negotiated && f != features) {
         // The driver laid out its rings and headers for the first back-end's features.
         return fail(FrontendFail::Features,
@@ -375,10 +377,12 @@ Result<uint64_t, FrontendError> Frontend::Impl::negotiate(uint64_t wanted) noexc
 Status<FrontendError> Frontend::Impl::setup_inflight() noexcept {
     if ((proto & bit(kProtoInflightShmfd)) == 0) return {};
     if (inflight_fd < 0) {
+        // The data vrings only: the back-end logs no control command.
+        const std::size_t data = dev.vrings.size() / 2 * 2;
         uint16_t qsize = 0;
-        for (const auto& v : dev.vrings) qsize = std::max(qsize, v.addrs.size);
+        for (std::size_t k = 0; k < data; ++k) qsize = std::max(qsize, dev.vrings[k].addrs.size);
         InflightInfo ask{};
-        ask.num_queues = static_cast<uint16_t>(dev.vrings.size());
+        ask.num_queues = static_cast<uint16_t>(data);
         ask.queue_size = qsize;
         if (auto s = send(Request::GetInflightFd, 0, &ask, sizeof ask); !s) return s;
         auto rep = reply(Request::GetInflightFd, sizeof(InflightInfo), 1);
@@ -491,14 +495,14 @@ Result<std::unique_ptr<Frontend>, std::string> Frontend::create(const FrontendCo
 Frontend::Frontend(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
 Frontend::~Frontend() = default;
 
-Result<uint64_t, FrontendError> Frontend::connect(uint64_t wanted) noexcept {
+Result<uint64_t, FrontendError> Frontend::connect(uint64_t wanted, uint64_t all_or_none) noexcept {
     Impl& m = *impl_;
     if (auto s = m.open_connection(); !s) return unexpected(s.error());
     // A fresh negotiation: only reconnect() holds a back-end to the features of before.
     const bool had = m.negotiated;
     const uint64_t before = m.features;
     m.negotiated = false;
-    auto f = m.negotiate(wanted);
+    auto f = m.negotiate(wanted, all_or_none);
     if (!f) {
         m.negotiated = had;
     } else if (had && *f != before) {

@@ -19,6 +19,8 @@
 
 #include "pvnet/bench/vu_loop.h"
 #include "pvnet/lab/child.h"
+#include "pvnet/lab/tool_output.h"
+#include "pvnet/virtio/virtio_config.h"
 #include "pvnet/util/clock.h"
 
 namespace pvnet::bench {
@@ -35,8 +37,8 @@ std::string sock_path(const char* tag) {
 /// from the inflight log is known even after its SIGKILL.
 class Backend {
 public:
-    Backend(std::string sock, bool client)
-        : sock_(std::move(sock)), json_(sock_ + ".json"), client_(client) {}
+    Backend(std::string sock, bool client, std::vector<std::string> extra = {})
+        : sock_(std::move(sock)), json_(sock_ + ".json"), client_(client), extra_(std::move(extra)) {}
     ~Backend() {
         if (child_) child_->stop(1s);
         if (!client_) ::unlink(sock_.c_str());
@@ -49,6 +51,7 @@ public:
         std::vector<std::string> argv = {PVNET_EXE, "serve", "--vhost-user", sock_, "--macswap",
                                          "--json-stats", json_, "--stats-interval", "0.05"};
         if (client_) argv.push_back("--client");
+        argv.insert(argv.end(), extra_.begin(), extra_.end());
         auto c = lab::Child::spawn(argv);
         ASSERT_TRUE(c) << c.error();
         child_.emplace(std::move(*c));
@@ -82,6 +85,7 @@ private:
     }
     std::string sock_, json_;
     bool client_;
+    std::vector<std::string> extra_;
     std::optional<lab::Child> child_;
 };
 
@@ -220,6 +224,26 @@ TEST(TwoProcess, ThreeBackendKillsUnderTrafficFrontendListens) { kill_and_restar
 /// dead back-end had popped and not used is processed again (a frame it had already sent
 /// then arrives twice: the sink counts it). Still balanced, nothing corrupt.
 TEST(TwoProcess, KillsWithoutInflightRecoverFromTheUsedIndex) { kill_and_restart(false, 5, false); }
+
+/// serve --ctrl-vq: the driver's own control queue crosses the socket (vring 2N), and an
+/// ethtool -C on it reaches the device in the other process.
+TEST(TwoProcess, ControlQueueAcrossProcesses) {
+    const std::string sock = sock_path("ctrl");
+    Backend be(sock, false, {"--ctrl-vq"});
+    ASSERT_NO_FATAL_FAILURE(be.start());
+    std::string err;
+    auto loop = VuLoop::create(loop_config(sock, false), err);
+    ASSERT_TRUE(loop) << err;
+    EXPECT_NE(loop->frontend().features() & virtio::feature_mask(virtio::VIRTIO_NET_F_CTRL_VQ), 0u);
+    loop->run(100'000);
+    EXPECT_TRUE(loop->set_coalesce({16, 20}, {32, 40}));
+    ASSERT_TRUE(wait_for([&] { return loop->done() && loop->received() >= 100'000; }, 60s));
+    const VuLoopResult r = loop->finish();
+    EXPECT_TRUE(r.ok) << r.error;
+    const std::string out = be.term();
+    // Both NOTF_COAL commands were applied by serve's device.
+    EXPECT_EQ(lab::key_value(out, "coalesce_updates").value_or(0), 2u) << out;
+}
 
 TEST(TwoProcess, GracefulStopUsesNoBufferTwice) {
     const std::string sock = sock_path("term");

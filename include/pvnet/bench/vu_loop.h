@@ -80,6 +80,9 @@ public:
     VuLoopResult finish(double drain_s = 5);
 
     const vhost_user::Frontend& frontend() const noexcept { return *fe_; }
+    /// ethtool -C through the back-end's control queue (negotiated where it offers one).
+    Status<frontend::FrontendError> set_coalesce(notify::CoalesceParams rx,
+                                                 notify::CoalesceParams tx) noexcept;
 
 private:
     VuLoop(const VuLoopConfig& cfg, const port::FrameFormat& fmt);

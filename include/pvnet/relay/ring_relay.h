@@ -93,8 +93,9 @@ struct RingRelayConfig {
     /// Two processes (issue 14, seed 002's shape): tap B and the backend are
     /// `pvnet serve --tap B` behind this vhost-user socket, and this process
     /// is the guest alone (host_tap, the backend knobs and the direct path
-    /// are the other process's). One queue pair; no control queue (serve
-    /// offers none), so no coalescing request; offloads only if serve offers them.
+    /// are the other process's). One queue pair; the coalescing asked for
+    /// (rx/tx_coalesce) goes over serve's control queue where it offers one
+    /// (serve --ctrl-vq); offloads only if serve offers them.
     std::string vhost_user;
     bool vhost_user_server = false;  ///< listen on the socket (serve --client connects)
 };
@@ -272,6 +273,7 @@ private:
     std::unique_ptr<vhost_user::Frontend> vu_;  ///< with vhost_user, instead of dev_
     std::unique_ptr<vhost_user::Reconnector> reconnector_;
     Counter vu_losses_, vu_reconnects_;
+    bool remote_ctrl_ = false;  ///< serve offered its control queue (--ctrl-vq)
     frontend::FlowRxQueueTable flows_;  ///< with xps: each flow's last rx queue
     std::atomic<bool> stop_{false};
     std::atomic<bool> draining_{false};  ///< stop(): no more reads from tap A

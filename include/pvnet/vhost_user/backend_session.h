@@ -64,7 +64,8 @@ struct Outcome {
 
 /// The virtio features offered to a front-end: the device's, without the
 /// control-queue features QEMU emulates itself, plus PROTOCOL_FEATURES.
-uint64_t session_features(const backend::NetDevice& dev) noexcept;
+/// With `ctrl_vq` (ServerConfig::ctrl_vq) the device's own control-queue features stay.
+uint64_t session_features(const backend::NetDevice& dev, bool ctrl_vq = false) noexcept;
 
 class BackendSession {
 public:

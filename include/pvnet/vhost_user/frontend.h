@@ -117,7 +117,9 @@ public:
     /// Each call negotiates afresh (reconnect() is the one that holds a back-end
     /// to the features of before); if they differ from an earlier connect()'s,
     /// the device must be start()ed again before a reconnect().
-    Result<uint64_t, FrontendError> connect(uint64_t wanted) noexcept;
+    /// Of `all_or_none` (a subset of `wanted`) the driver takes all offered or none
+    /// (CTRL_VQ with NOTF_COAL: DPDK offers the first alone).
+    Result<uint64_t, FrontendError> connect(uint64_t wanted, uint64_t all_or_none = 0) noexcept;
 
     /// Hands the device to the back-end: the memory table, the inflight
     /// buffer, then every vring of `dev` (features: what connect returned;

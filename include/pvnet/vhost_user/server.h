@@ -55,6 +55,10 @@ struct ServerConfig {
     uint32_t retry_ms = 100;      ///< --client: delay between connection attempts
     /// NET_SET_MTU accepted up to this MTU (NET_MTU offered when non-zero).
     uint16_t max_mtu = 0;
+    /// Offer the control queue (CTRL_VQ with NOTF_COAL, RSS, HASH_REPORT and MQ):
+    /// the device serves vring 2N itself, for a front-end that drives it (pvnet's;
+    /// QEMU emulates its own control queue and ignores the offer).
+    bool ctrl_vq = false;
 };
 
 class Server {
