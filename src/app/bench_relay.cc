@@ -237,7 +237,7 @@ void add_bench_relay(CLI::App& bench) {
         ->check(checks::Int(uint16_t{1}, uint16_t{128}));  // iperf3 -P's limit
     cmd->add_option("--variants", o->variants,
                     "relay columns after veth and plain: plain-nooff, or "
-                    "napi[+at-rx][+direct[+spin]][+coalesce]")
+                    "napi[+at-rx][+direct[+spin]][+coalesce][+vu] (+vu: the backend in a pvnet serve process)")
         ->delimiter(',')
         ->check(checks::RelayVariant());
     cmd->add_option("--repeat", o->repeat, "rounds")->check(checks::Int(1, 100));
