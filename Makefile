@@ -9,7 +9,7 @@
 #                   (root; QUICK=1: a short smoke run, docs untouched)
 #
 # Variables (override on the command line, e.g. `make test FUZZ_SECONDS=30`):
-#   FUZZ_SECONDS    seconds per fuzz target in `make test` (default 7: 10 targets)
+#   FUZZ_SECONDS    seconds per fuzz target in `make test` (default 5: 10 targets)
 #   FUZZ_ARGS       extra libFuzzer flags (default -timeout=10: a slow input is a hang)
 #   JOBS            parallel build and ctest jobs (default 2)
 #   CTEST_TIMEOUT   per-test timeout in seconds (default 600)
@@ -21,7 +21,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
 BUILD_ROOT      ?= build
-FUZZ_SECONDS    ?= 7
+FUZZ_SECONDS    ?= 5
 FUZZ_ARGS       ?= -timeout=10 -close_fd_mask=2
 JOBS            ?= 2
 CTEST_TIMEOUT   ?= 600
