@@ -57,6 +57,22 @@ void guest_forward(frontend::QueuePair& guest_dev, const PvpConfig& cfg,
     }
 }
 
+/// The measured window's rates from its edge samples.
+void window_rates(PvpResult& res, const Sample& a, const Sample& b) noexcept {
+    const double pkts = static_cast<double>(b.delivered - a.delivered);
+    res.window_s = static_cast<double>(b.t_ns - a.t_ns) / 1e9;
+    res.mpps = pkts / res.window_s / 1e6;
+    if (pkts <= 0) return;
+    res.backend_cpu_ns_per_pkt = static_cast<double>(b.be_cpu - a.be_cpu) / pkts;
+    res.frontend_cpu_ns_per_pkt = static_cast<double>(b.fe_cpu - a.fe_cpu) / pkts;
+    res.backend_cycles_per_pkt = res.backend_cpu_ns_per_pkt * tsc_per_ns();
+    res.frontend_cycles_per_pkt = res.frontend_cpu_ns_per_pkt * tsc_per_ns();
+    res.kicks_per_pkt = static_cast<double>(b.kicks - a.kicks) / pkts;
+    res.interrupts_per_pkt = static_cast<double>(b.irqs - a.irqs) / pkts;
+    res.rx_requeue_per_kpkt = static_cast<double>(b.rx_req - a.rx_req) * 1000.0 / pkts;
+    res.tx_requeue_per_kpkt = static_cast<double>(b.tx_req - a.tx_req) * 1000.0 / pkts;
+}
+
 PvpResult run_pvp_vhost_user(const PvpConfig& cfg) noexcept;
 
 }  // namespace
@@ -178,19 +194,7 @@ PvpResult run_pvp(const PvpConfig& cfg) noexcept {
     // Frames never seen by the sink: exactly the counted drops if nothing was lost silently.
     res.lost = fin.sink_lost;
 
-    const double pkts = static_cast<double>(b.delivered - a.delivered);
-    res.window_s = static_cast<double>(b.t_ns - a.t_ns) / 1e9;
-    res.mpps = pkts / res.window_s / 1e6;
-    if (pkts > 0) {
-        res.backend_cpu_ns_per_pkt = static_cast<double>(b.be_cpu - a.be_cpu) / pkts;
-        res.frontend_cpu_ns_per_pkt = static_cast<double>(b.fe_cpu - a.fe_cpu) / pkts;
-        res.backend_cycles_per_pkt = res.backend_cpu_ns_per_pkt * tsc_per_ns();
-        res.frontend_cycles_per_pkt = res.frontend_cpu_ns_per_pkt * tsc_per_ns();
-        res.kicks_per_pkt = static_cast<double>(b.kicks - a.kicks) / pkts;
-        res.interrupts_per_pkt = static_cast<double>(b.irqs - a.irqs) / pkts;
-        res.rx_requeue_per_kpkt = static_cast<double>(b.rx_req - a.rx_req) * 1000.0 / pkts;
-        res.tx_requeue_per_kpkt = static_cast<double>(b.tx_req - a.tx_req) * 1000.0 / pkts;
-    }
+    window_rates(res, a, b);
     res.rx_max_run_pkts = bs.rx_max_run_pkts.get();
     res.tx_max_run_pkts = bs.tx_max_run_pkts.get();
 
@@ -325,16 +329,7 @@ PvpResult run_pvp_vhost_user(const PvpConfig& cfg) noexcept {
     res.rx_max_run_pkts = get("rx_max_run_pkts");
     res.tx_max_run_pkts = get("tx_max_run_pkts");
 
-    const double pkts = static_cast<double>(b.delivered - a.delivered);
-    res.window_s = static_cast<double>(b.t_ns - a.t_ns) / 1e9;
-    res.mpps = pkts / res.window_s / 1e6;
-    if (pkts > 0) {
-        res.backend_cpu_ns_per_pkt = static_cast<double>(b.be_cpu - a.be_cpu) / pkts;
-        res.frontend_cpu_ns_per_pkt = static_cast<double>(b.fe_cpu - a.fe_cpu) / pkts;
-        res.backend_cycles_per_pkt = res.backend_cpu_ns_per_pkt * tsc_per_ns();
-        res.frontend_cycles_per_pkt = res.frontend_cpu_ns_per_pkt * tsc_per_ns();
-        res.kicks_per_pkt = static_cast<double>(b.kicks - a.kicks) / pkts;
-    }
+    window_rates(res, a, b);
     // generated = delivered + counted drops + what the stop left in the rings.
     const bool balanced = res.delivered + res.drop_tx_full + res.drop_other + left == res.generated;
     const bool broken = guest_dev.rx_queue().broken() || guest_dev.tx_queue().broken();

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "pvnet/util/fd_passing.h"
+#include "pvnet/vhost_user/unix_socket.h"
 #include "pvnet/virtio/virtio_config.h"
 
 namespace pvnet::vhost_user {
@@ -55,14 +56,6 @@ struct Reply {
     std::array<std::byte, sizeof(InflightInfo)> payload{};
     int fd = -1;
 };
-
-bool unix_addr(const std::string& path, sockaddr_un& a) {
-    a = {};
-    a.sun_family = AF_UNIX;
-    if (path.empty() || path.size() >= sizeof a.sun_path) return false;
-    std::memcpy(a.sun_path, path.data(), path.size());
-    return true;
-}
 
 std::string req_name(Request r) { return std::string(to_string(r)); }
 
@@ -146,8 +139,9 @@ struct Frontend::Impl {
 Status<FrontendError> Frontend::Impl::open_connection() noexcept {
     close_conn();
     const auto deadline = Clock::now() + std::chrono::milliseconds(cfg.connect_timeout_ms);
-    sockaddr_un a;
-    if (!unix_addr(cfg.path, a)) return fail(FrontendFail::Connect, "socket path too long");
+    const auto addr = unix_addr(cfg.path);
+    if (!addr) return fail(FrontendFail::Connect, "socket path empty or too long");
+    const sockaddr_un& a = *addr;
     for (;;) {
         if (cfg.server) {
             const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -459,35 +453,14 @@ Status<FrontendError> Frontend::Impl::start_device() noexcept {
 
 Result<std::unique_ptr<Frontend>, std::string> Frontend::create(const FrontendConfig& cfg) {
     auto impl = std::make_unique<Impl>(cfg);
-    sockaddr_un a;
-    if (!unix_addr(cfg.path, a)) {
+    if (!unix_addr(cfg.path)) {
         return unexpected("vhost-user socket path '" + cfg.path + "' is empty or too long");
     }
     if (cfg.server) {
-        struct stat st{};
-        if (::lstat(cfg.path.c_str(), &st) == 0) {
-            if (!S_ISSOCK(st.st_mode)) {
-                return unexpected("vhost-user socket path '" + cfg.path +
-                                  "' exists and is not a socket; not removing it");
-            }
-            const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-            const bool live =
-                probe >= 0 &&
-                ::connect(probe, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
-            if (probe >= 0) ::close(probe);
-            if (live) return unexpected("vhost-user socket '" + cfg.path + "' is in use");
-            ::unlink(cfg.path.c_str());
-        }
-        impl->listen_fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (impl->listen_fd < 0 ||
-            ::bind(impl->listen_fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
-            return unexpected("vhost-user socket '" + cfg.path + "': " + std::strerror(errno));
-        }
+        auto fd = listen_unix(cfg.path, false, 1);
+        if (!fd) return unexpected(fd.error());
+        impl->listen_fd = *fd;
         impl->created_file = true;
-        if (::listen(impl->listen_fd, 1) != 0) {
-            return unexpected("vhost-user socket '" + cfg.path + "': listen: " +
-                              std::strerror(errno));
-        }
     }
     return std::unique_ptr<Frontend>(new Frontend(std::move(impl)));
 }

@@ -20,20 +20,13 @@
 
 #include "pvnet/util/fd_passing.h"
 #include "pvnet/vhost_user/backend_session.h"
+#include "pvnet/vhost_user/unix_socket.h"
 
 namespace pvnet::vhost_user {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::optional<sockaddr_un> unix_addr(const std::string& path) {
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    if (path.empty() || path.size() >= sizeof a.sun_path) return std::nullopt;
-    std::memcpy(a.sun_path, path.data(), path.size());
-    return a;
-}
 
 /// poll() until `fd` has `events`, the stop fd fires or `deadline` passes.
 enum class Wait : uint8_t { Ready, Stop, Timeout, Error };
@@ -100,31 +93,10 @@ Result<std::unique_ptr<Server>, std::string> Server::create(const ServerConfig& 
     impl->stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (impl->stop_fd < 0) return unexpected(std::string("eventfd: ") + std::strerror(errno));
     if (!cfg.client) {
-        struct stat st{};
-        if (::lstat(cfg.path.c_str(), &st) == 0) {
-            if (!S_ISSOCK(st.st_mode)) {
-                return unexpected("vhost-user socket path '" + cfg.path +
-                                  "' exists and is not a socket; not removing it");
-            }
-            // A socket nobody answers on is stale (a previous run's).
-            const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-            const bool live = probe >= 0 && ::connect(probe, reinterpret_cast<const sockaddr*>(&*addr),
-                                                      sizeof *addr) == 0;
-            if (probe >= 0) ::close(probe);
-            if (live) return unexpected("vhost-user socket '" + cfg.path + "' is in use");
-            ::unlink(cfg.path.c_str());
-        }
-        impl->listen_fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (impl->listen_fd < 0 ||
-            ::bind(impl->listen_fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr) != 0) {
-            return unexpected("vhost-user socket '" + cfg.path + "': " + std::strerror(errno));
-        }
+        auto fd = listen_unix(cfg.path, true, 4);
+        if (!fd) return unexpected(fd.error());
+        impl->listen_fd = *fd;
         impl->created_file = true;
-        if (::listen(impl->listen_fd, 4) != 0) {
-            ::unlink(cfg.path.c_str());
-            return unexpected("vhost-user socket '" + cfg.path + "': listen: " +
-                              std::strerror(errno));
-        }
     }
     return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
