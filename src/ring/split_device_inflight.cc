@@ -18,8 +18,7 @@
 namespace pvnet::ring {
 namespace {
 
-// Snapshot states of a head.
-constexpr uint8_t kFree = 0;
+// Snapshot states of a head: 0 free, or as below.
 constexpr uint8_t kInflight = 1;
 constexpr uint8_t kUsedUncleared = 2;  ///< marked, but returned by the last publish
 
@@ -38,7 +37,7 @@ Status<RingError> SplitDeviceQueue::recover_inflight() noexcept {
     for (uint16_t h = 0; h < n; ++h) {
         const uint8_t f = log_.inflight(h);
         // Rule: a flag is 0 or 1 (libvhost-user counts "== 1" but resubmits "!= 0").
-        if (f > 1) return unexpected(RingError::InflightBadLog);
+        if (f > kInflight) return unexpected(RingError::InflightBadLog);
         state[h] = f;
         marked += f;
     }
