@@ -399,7 +399,11 @@ TEST(HashReportEndToEnd, TxFramesReachThePortWithTheirNetHdrAndNoHashFields) {
     std::memset(qp.buf_host(id), 0, kHashHdr);
     ASSERT_TRUE(qp.xmit(id, kHashHdr - 1));
     qp.tx_flush();
-    ASSERT_TRUE(wait_until([&] { return bed.dev().stats(0).tx_drop_bad_chain.get() == 1; }));
+    // tx_pkts is added when the worker's run ends, after the bad chain is counted: wait for both.
+    ASSERT_TRUE(wait_until([&] {
+        return bed.dev().stats(0).tx_drop_bad_chain.get() == 1 &&
+               bed.dev().stats(0).tx_pkts.get() == 8;
+    }));
     const std::lock_guard<std::mutex> lock(bed.ports[0].mu);
     EXPECT_EQ(bed.ports[0].sent, sent);
     EXPECT_EQ(bed.dev().stats(0).tx_pkts.get(), 8u);
