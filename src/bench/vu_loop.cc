@@ -107,8 +107,9 @@ void VuLoop::guest_loop(uint64_t frames) noexcept {
         if (r != 0) {
             const uint64_t t = now_ns();
             last_rx_ns_.store(t, std::memory_order_relaxed);
-            received_.store(sink_.stats().sink_pkts, std::memory_order_relaxed);
-            if (recovered_.exchange(false, std::memory_order_acquire)) {
+            // A plain load first: the exchange (a locked RMW) only once an outage ended.
+            if (recovered_.load(std::memory_order_relaxed) &&
+                recovered_.exchange(false, std::memory_order_acquire)) {
                 std::lock_guard lock(mu_);
                 for (std::size_t k = 0; k < outages_.size(); ++k) {
                     if (outages_[k].recovered && outages_[k].stopped_ms == 0) {

@@ -71,7 +71,7 @@ public:
     /// `frames` have gone out (0: until finish()).
     void run(uint64_t frames);
     /// Frames back so far (any thread).
-    uint64_t received() const noexcept { return received_.load(std::memory_order_relaxed); }
+    uint64_t received() const noexcept { return sink_.stats().sink_pkts; }
     uint64_t reconnects() const noexcept { return reconnects_.load(std::memory_order_relaxed); }
     /// The guest is done sending (frames reached), or gave up.
     bool done() const noexcept { return done_.load(std::memory_order_relaxed); }
@@ -98,7 +98,7 @@ private:
     std::thread guest_;
     std::unique_ptr<vhost_user::Reconnector> reconnector_;
     std::atomic<bool> stop_{false}, done_{false};
-    std::atomic<uint64_t> sent_{0}, received_{0}, reconnects_{0};
+    std::atomic<uint64_t> sent_{0}, reconnects_{0};
     /// Frames sent before the last reconnect never hold the window shut.
     std::atomic<uint64_t> window_floor_{0};
     std::atomic<uint64_t> last_rx_ns_{0};
