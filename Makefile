@@ -35,12 +35,13 @@ TSAN_DIR    := $(BUILD_ROOT)/tsan
 CORPUS_DIR  := tests/fuzz/corpus
 
 # iproute2, iperf3 and iputils-ping: the relay tests (tests/relay/); ethtool: tap_port_test;
-# python3: the docs_tables test (tools/render_tables.py); dpdk: testpmd as virtio-user client
+# ccache: every tree compiles through it (CMAKE_CXX_COMPILER_LAUNCHER), so a rebuild on the same
+# machine is fast; python3: the docs_tables test (tools/render_tables.py); dpdk: testpmd as virtio-user client
 # (tests/bench/vhost_user_peer_test); qemu-system-x86, busybox-static, cpio, kmod, xz-utils:
 # the QEMU guest tests (tests/qemu/, tools/qemu-guest/build-guest.sh).
 DEB_PACKAGES := build-essential cmake ninja-build g++ clang-14 libclang-rt-14-dev llvm-14 \
                 libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev \
-                libfmt-dev liburing-dev pkg-config \
+                libfmt-dev liburing-dev pkg-config ccache \
                 iproute2 iperf3 iputils-ping ethtool python3 \
                 dpdk dpdk-dev qemu-system-x86 busybox-static cpio kmod xz-utils
 # Only the benches need these: DPDK's testpmd (the PVP baseline), gnuplot, sockperf
