@@ -30,18 +30,12 @@ bool NetDevice::busy_poll(Worker& w) noexcept {
         bool found = false;
         for (Pair* pp : w.pairs) {
             Pair& p = *pp;
-            // One acquire load of avail.idx per ring (pending()), and the port.
-            // tx: while the direct path holds tx_mu the ring is being served
-            // (and the rest comes back as a kick); look again next time.
-            if (p.tx.running() && !p.tx_wait_writable && p.tx_mu.try_lock()) {
-                const bool tx = p.tx.q->pending() != 0;
-                p.tx_mu.unlock();
-                if (tx) p.pending |= kTxWork;
-            }
+            // One acquire load of avail.idx per ring, and the port.
+            if (tx_ready(p)) p.pending |= kTxWork;
             if (rx_ready(p) && port_rx_pending(p)) p.pending |= kRxWork;
             found = found || p.pending != 0;
         }
-        if (w.index == 0 && ctrl_ && ctrl_->pending() != 0) ctrl_pending_ = true;
+        if (w.index == 0 && ctrl_ready()) ctrl_pending_ = true;
         if (found || (w.index == 0 && ctrl_pending_)) {
             count(dstats_.busy_poll_hits);
             return true;
@@ -57,6 +51,24 @@ bool NetDevice::busy_poll(Worker& w) noexcept {
     }
     count(dstats_.busy_poll_misses);
     return false;
+}
+
+bool NetDevice::tx_ready(Pair& p) noexcept {
+    if (!p.tx.running() || p.tx_wait_writable.load(std::memory_order_relaxed)) return false;
+    // While the direct path holds tx_mu the ring is being served (and the
+    // rest comes back as a kick); look again next time.
+    if (!p.tx_mu.try_lock()) return false;
+    const bool more = p.tx.q->pending() != 0;
+    p.tx_mu.unlock();
+    if (p.tx.q->broken()) check_broken(p);  // found here: nothing else would report it
+    return more;
+}
+
+bool NetDevice::ctrl_ready() noexcept {
+    if (!ctrl_ || ctrl_->queue().broken()) return false;
+    const bool more = ctrl_->pending() != 0;
+    check_ctrl_broken();  // found here: nothing else would report it
+    return more;
 }
 
 }  // namespace pvnet::backend

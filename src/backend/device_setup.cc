@@ -312,6 +312,10 @@ Status<DeviceError> NetDevice::start_locked(uint16_t i) noexcept {
 
 void NetDevice::stop_data_vring(Pair& p, Vring& v, bool is_tx) noexcept {
     if (!v.q) return;
+    // A direct-path run may be in the tx ring's loop: the flush, the base and
+    // the reset wait for its end, or the base misses the chains it pops
+    // meanwhile and its coalescer and signal path are shared unguarded.
+    const std::lock_guard<std::mutex> tx_lock(p.tx_mu);
     // Used entries published but held back by coalescing are signalled now:
     // the driver must not wait for a timer of a stopped ring.
     if (v.co->pending() != 0) {
@@ -322,11 +326,8 @@ void NetDevice::stop_data_vring(Pair& p, Vring& v, bool is_tx) noexcept {
         epoll_forget(v.setup.kick->fd(), tag(p.index, is_tx ? kTagTxKick : kTagRxKick));
     }
     v.setup.base.last_avail_idx = v.q->last_avail_idx().value();
-    {
-        const std::lock_guard<std::mutex> tx_lock(p.tx_mu);
-        v.q.reset();
-    }
-    if (is_tx) p.tx_wait_writable = false;
+    v.q.reset();
+    if (is_tx) p.tx_wait_writable.store(false, std::memory_order_relaxed);
     sync_port_watch(p);
     p.pending &= is_tx ? ~kTxWork : ~kRxWork;
 }
@@ -433,32 +434,34 @@ ring::RingError NetDevice::vring_error(uint16_t i) const noexcept {
     return v->q && v->q->broken() ? v->q->broken_reason() : v->error;
 }
 
-void NetDevice::report_broken(uint16_t index, Vring& v) noexcept {
-    if (v.reported) return;
-    v.reported = true;
-    v.error = v.q->broken_reason();
+bool NetDevice::report_broken(uint16_t index, const ring::SplitDeviceQueue& q,
+                              const VringSetup& s, uint32_t kick_tag, bool& reported,
+                              ring::RingError& error) noexcept {
+    // broken() is a relaxed atomic: the direct path may be the one that broke tx.
+    if (reported || !q.broken()) return false;
+    reported = true;
+    error = q.broken_reason();
     count(dstats_.vrings_broken);
     needs_reset_.store(true, std::memory_order_relaxed);
     std::fprintf(stderr, "pvnet backend: vring %u broken (%s): device needs reset\n",
-                 unsigned{index}, std::string(ring::to_string(v.error)).c_str());
-    if (v.setup.err != nullptr) v.setup.err->signal();
+                 unsigned{index}, std::string(ring::to_string(error)).c_str());
+    if (s.err != nullptr) s.err->signal();
     // A broken ring is never touched again: its kicks must not wake us.
-    if (v.setup.kick != nullptr) {
-        epoll_forget(v.setup.kick->fd(), tag(index / 2u, index % 2u ? kTagTxKick : kTagRxKick));
-    }
+    if (s.kick != nullptr) epoll_forget(s.kick->fd(), kick_tag);
+    return true;
 }
 
 void NetDevice::check_broken(Pair& p) noexcept {
-    // broken() is a relaxed atomic: the direct path may be the one that broke tx.
+    const uint16_t pi = p.index;
     bool changed = false;
-    if (p.rx.q && p.rx.q->broken() && !p.rx.reported) {
-        report_broken(rx_vring(p.index), p.rx);
+    if (p.rx.q && report_broken(rx_vring(pi), *p.rx.q, p.rx.setup, tag(pi, kTagRxKick),
+                                p.rx.reported, p.rx.error)) {
         p.pending &= ~kRxWork;
         changed = true;
     }
-    if (p.tx.q && p.tx.q->broken() && !p.tx.reported) {
-        report_broken(tx_vring(p.index), p.tx);
-        p.tx_wait_writable = false;
+    if (p.tx.q && report_broken(tx_vring(pi), *p.tx.q, p.tx.setup, tag(pi, kTagTxKick),
+                                p.tx.reported, p.tx.error)) {
+        p.tx_wait_writable.store(false, std::memory_order_relaxed);
         p.pending &= ~kTxWork;
         changed = true;
     }
@@ -467,16 +470,10 @@ void NetDevice::check_broken(Pair& p) noexcept {
 }
 
 void NetDevice::check_ctrl_broken() noexcept {
-    if (!ctrl_ || ctrl_reported_ || !ctrl_->queue().broken()) return;
-    ctrl_reported_ = true;
-    ctrl_error_ = ctrl_->queue().broken_reason();
-    count(dstats_.vrings_broken);
-    needs_reset_.store(true, std::memory_order_relaxed);
-    std::fprintf(stderr, "pvnet backend: control vring broken (%s): device needs reset\n",
-                 std::string(ring::to_string(ctrl_error_)).c_str());
-    if (ctrl_setup_.err != nullptr) ctrl_setup_.err->signal();
-    if (ctrl_setup_.kick != nullptr) epoll_forget(ctrl_setup_.kick->fd(), tag(0, kTagCtrlKick));
-    ctrl_pending_ = false;
+    if (ctrl_ && report_broken(ctrl_vring(max_pairs()), ctrl_->queue(), ctrl_setup_,
+                               tag(0, kTagCtrlKick), ctrl_reported_, ctrl_error_)) {
+        ctrl_pending_ = false;
+    }
 }
 
 void NetDevice::epoll_watch(int fd, uint32_t t, uint32_t events) noexcept {

@@ -80,11 +80,26 @@ bool NetDevice::process_tx_now(uint16_t pair) noexcept {
         return false;
     }
     // A stopped or broken ring, or one waiting for the port: the worker's.
-    if (!p.tx.running() || p.tx_wait_writable) return false;
+    // ORDER: relaxed; the worker sets the flag under tx_mu, so a wait begun
+    // before we took it is seen (net_device.h).
+    if (!p.tx.running() || p.tx_wait_writable.load(std::memory_order_relaxed)) return false;
     const uint32_t pkts = run_tx(p, true);
     p.stats.direct_runs.add();
     p.stats.direct_pkts.add(pkts);
+    // A break this run found is reported by the worker (its epoll set, its
+    // counters), which the wake sends to check_broken.
+    if (p.tx.q->broken()) workers_[p.worker]->wake->signal();
     return true;
+}
+
+bool NetDevice::rx_ready(Pair& p) noexcept {
+    if (!rx_serving(p)) return false;
+    const uint16_t n = p.rx.q->pending();
+    if (p.rx.q->broken()) {
+        check_broken(p);  // found here: nothing else would report it
+        return false;
+    }
+    return n > p.rx_short_pending;
 }
 
 void NetDevice::watch_port_rx(Pair& p, bool on) noexcept {
@@ -100,13 +115,14 @@ void NetDevice::wait_port_writable(Pair& p) noexcept {
         p.pending |= kTxWork;  // no fd to wait on: the next round retries
         return;
     }
-    p.tx_wait_writable = true;
+    p.tx_wait_writable.store(true, std::memory_order_relaxed);  // under tx_mu (run_tx)
 }
 
 void NetDevice::sync_port_watch(Pair& p) noexcept {
     if (opt_.mode == RunMode::Poll) return;
     const bool rx_on = p.port_want_rx && rx_serving(p);
-    const bool tx_on = p.tx_wait_writable && p.tx.running() && !p.port_dead;
+    const bool tx_on =
+        p.tx_wait_writable.load(std::memory_order_relaxed) && p.tx.running() && !p.port_dead;
     const bool shared = p.port.tx_fd >= 0 && p.port.tx_fd == p.port.rx_fd;
     // Not wanted at all: out of the epoll set, so an error or hang-up
     // (which epoll reports even for no events) cannot spin us.
@@ -130,7 +146,7 @@ void NetDevice::sync_port_watch(Pair& p) noexcept {
 void NetDevice::port_hangup(Pair& p) noexcept {
     if (p.port_dead) return;
     p.port_dead = true;
-    p.tx_wait_writable = false;
+    p.tx_wait_writable.store(false, std::memory_order_relaxed);
     sync_port_watch(p);
     // Counted once the fd is out of the wait: a reader that sees the count
     // sees the port unwatched (hostile_guest_test checks exactly that).
@@ -143,15 +159,18 @@ void NetDevice::on_event(Worker& w, uint32_t t, uint32_t events) noexcept {
     const uint32_t pi = t >> kTagShift;
     if (pi >= pairs_.size()) return;
     Pair& p = *pairs_[pi];
+    const auto kind = static_cast<Tag>(t & ((1u << kTagShift) - 1u));
+    // An event for a ring the direct path broke: report it, which also takes
+    // its kick (level-triggered, it would spin) and port fd out of the wait.
+    if (kind != kTagWake) check_broken(p);
     // A vring stopped while we slept: its fds may be gone; the event is stale.
-    switch (static_cast<Tag>(t & ((1u << kTagShift) - 1u))) {
+    switch (kind) {
         case kTagWake:
             w.wake->consume();
+            // process_tx_now's wake after its run broke the ring.
+            for (Pair* q : w.pairs) check_broken(*q);
             break;
         case kTagTxKick:
-            // A kick for a ring the direct path broke: report it, which also
-            // takes the kick out of the wait (level-triggered, it would spin).
-            check_broken(p);
             if (p.tx.running() && p.tx.setup.kick != nullptr) {
                 p.tx.setup.kick->consume();
                 p.stats.tx_kicks.add();
@@ -171,8 +190,9 @@ void NetDevice::on_event(Worker& w, uint32_t t, uint32_t events) noexcept {
                 break;
             }
             if ((events & notify::kEpollIn) != 0) p.pending |= kRxWork;
-            if ((events & notify::kEpollOut) != 0 && p.tx_wait_writable) {
-                p.tx_wait_writable = false;
+            if ((events & notify::kEpollOut) != 0 &&
+                p.tx_wait_writable.load(std::memory_order_relaxed)) {
+                p.tx_wait_writable.store(false, std::memory_order_relaxed);
                 sync_port_watch(p);
                 p.pending |= kTxWork;
             }
@@ -262,10 +282,11 @@ void NetDevice::worker(Worker& w) noexcept {
         }
         if (opt_.mode == RunMode::Poll) {
             for (Pair* p : w.pairs) {
+                check_broken(*p);  // the direct path's wake is not read in poll mode
                 if (p->tx.running()) p->pending |= kTxWork;
                 if (p->rx.running()) p->pending |= kRxWork;
             }
-            if (ctrl_owner && ctrl_ && ctrl_->pending() != 0) ctrl_pending_ = true;
+            if (ctrl_owner && ctrl_ready()) ctrl_pending_ = true;
         } else if (!any_pending()) {
             if (busy_poll(w)) {
                 // Found by spinning: collect, without sleeping, any kick or

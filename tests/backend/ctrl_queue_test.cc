@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -604,7 +605,9 @@ using Dev = VhostNet<harness::FakePort>;
 /// A guest (VirtioNet with a control virtqueue) and a running VhostNet.
 class EndToEnd {
 public:
-    explicit EndToEnd(bool notf_coal, RunMode mode = RunMode::Event) {
+    /// `ctrl_err`: the control vring's err fd (none if null).
+    explicit EndToEnd(bool notf_coal, RunMode mode = RunMode::Event,
+                      const notify::EventFd* ctrl_err = nullptr) {
         frontend::VirtioNetConfig fc;
         fc.rx_size = fc.tx_size = 256;
         fc.ctrl_vq = true;
@@ -613,6 +616,7 @@ public:
         // the negotiated word the device refuses its coalescing commands.
         DeviceSetup s = tb_.device_setup();
         if (!notf_coal) s.features &= ~virtio::feature_mask(virtio::VIRTIO_NET_F_NOTF_COAL);
+        s.vrings.back().err = ctrl_err;
         VhostNetOptions opt;
         opt.mode = mode;
         auto d = Dev::create(s, opt, port_);
@@ -634,6 +638,14 @@ public:
     frontend::VirtioNet& fe() { return tb_.fe(); }
     Dev& dev() { return *dev_; }
     const VhostNetStats& stats() const { return dev_->stats(); }
+    /// The control ring's avail.idx, as a driver publishes it (a release
+    /// store), whatever it holds.
+    void publish_ctrl_avail_idx(uint16_t idx) {
+        const ring::SplitRingAddrs& a = tb_.fe().ctrl_addrs();
+        auto* p = reinterpret_cast<uint16_t*>(
+            tb_.guest_host(a.avail + virtio::SplitRingLayout::avail_idx_off()));
+        std::atomic_ref<uint16_t>(*p).store(virtio::host_to_le(idx), std::memory_order_release);
+    }
 
 private:
     pair::GuestPair tb_;
@@ -709,6 +721,28 @@ TEST(CtrlEndToEnd, PollModeWorkerServesTheControlQueue) {
     ASSERT_TRUE(e.fe().set_coalesce({4, 100}, {32, 100}).has_value());
     EXPECT_EQ(e.dev().rx_coalescer().params(), (CoalesceParams{4, 100}));
     EXPECT_EQ(e.dev().tx_coalescer().params(), (CoalesceParams{32, 100}));
+}
+
+TEST(CtrlEndToEnd, ABreakThePollModeProbeFindsIsReported) {
+    // A poll-mode worker looks at the control ring's avail.idx on every pass
+    // (ctrl_ready): a jump it finds there breaks the ring, and no command
+    // run follows to report it.
+    auto err = notify::EventFd::create();
+    ASSERT_TRUE(err);
+    EndToEnd e(/*notf_coal=*/true, RunMode::Poll, &*err);
+    ASSERT_TRUE(wait_until([&] { return e.dev().device_stats().rounds.get() >= 1; }));
+    const uint64_t runs = e.dev().ctrl_queue()->stats().runs.get();
+    e.publish_ctrl_avail_idx(1000);
+    ASSERT_TRUE(wait_until([&] { return e.dev().device_stats().vrings_broken.get() == 1; }))
+        << "the probe found the break silently";
+    EXPECT_EQ(e.dev().ctrl_queue()->stats().runs.get(), runs) << "found by the probe, not a run";
+    EXPECT_EQ(e.dev().status(), virtio::VIRTIO_CONFIG_S_NEEDS_RESET);
+    EXPECT_EQ(e.dev().vring_error(ctrl_vring(1)), ring::RingError::AvailIdxJump);
+    EXPECT_EQ(err->consume(), 1u);
+    // The data vrings are still served.
+    ASSERT_TRUE(e.send_burst(4));
+    e.dev().stop();
+    EXPECT_EQ(e.dev().device_stats().vrings_broken.get(), 1u);
 }
 
 TEST(CtrlEndToEnd, SilentDeviceTimesOutThenBusyUntilItAnswers) {

@@ -56,7 +56,7 @@ uint32_t VhostNet<P>::run_tx(Pair& p, bool direct) noexcept {
                 }
                 if (r == port::SendResult::Sent) {
                     ++sent;
-                    sent_bytes += c.out_bytes;
+                    sent_bytes += len;  // what the port got (without hash fields)
                 } else {
                     s.tx_drop_port.add();
                 }

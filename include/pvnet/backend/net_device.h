@@ -18,7 +18,11 @@
 // (sticky until reset): the device reports it once (a log line, the
 // vrings_broken counter, the vring's err fd, status() NEEDS_RESET), stops
 // watching its kick and, for an rx vring, its port's fd, and keeps serving
-// every other vring.
+// every other vring. Whatever finds the break reports it at once through
+// report_broken(): a handler's run, the worker's probes of the rings
+// (rx_ready, tx_ready, ctrl_ready: after a round, while busy polling, in
+// poll mode, for a port without an fd) and the direct path, which wakes the
+// worker to report what its run broke. A broken vring is never probed again.
 //
 // Queue pairs in use (VIRTIO 1.2 multiqueue steering). With VIRTIO_NET_F_CTRL_VQ the
 // driver starts on pair 0 alone and widens with VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET
@@ -36,7 +40,10 @@
 // Each worker has its own epoll set and wake fd; worker 0 also serves the
 // control queue. The direct path (process_tx_now) runs a pair's tx loop in
 // the caller's thread under that pair's tx_mu, which guards the tx vring,
-// its coalescer and signal path, tx stats and the port's send side.
+// its coalescer and signal path, tx stats and the port's send side: the
+// control plane stops a tx vring under it too (stop_data_vring), and the
+// worker's "waiting for the port" flag, which the direct path reads, is an
+// atomic (tx_wait_writable).
 #pragma once
 
 #include <sys/uio.h>
@@ -134,8 +141,10 @@ struct VhostNetOptions {
 
 /// One queue pair's counters.
 struct VhostNetStats {
-    Counter tx_pkts, tx_bytes;  ///< taken by the port (Sent)
-    Counter rx_pkts, rx_bytes;  ///< delivered into guest buffers
+    Counter tx_pkts, tx_bytes;  ///< taken by the port (Sent): the bytes it was handed
+                                ///< (HASH_REPORT: without the hash fields)
+    Counter rx_pkts, rx_bytes;  ///< delivered into guest buffers (HASH_REPORT: the
+                                ///< hash fields included, as the guest got them)
     Counter tx_runs, rx_runs;                      ///< handler invocations
     Counter tx_weight_requeue, rx_weight_requeue;  ///< runs ended by a weight
     Counter tx_max_run_pkts, rx_max_run_pkts;      ///< most packets (passes) in one run
@@ -336,7 +345,11 @@ protected:
         uint32_t rx_max_frame = kHdrBytes + kDefaultMaxFrameBytes;
         uint16_t rx_short_pending = 0;  ///< chains pending when rx came up short
         bool port_want_rx = true;       ///< false while rx waits for guest buffers
-        bool tx_wait_writable = false;  ///< a send said Retry: waiting for EPOLLOUT
+        /// A send said Retry: the worker waits for EPOLLOUT. Set under tx_mu
+        /// (in the worker's run), cleared by the worker and the control plane
+        /// outside it, read by the direct path under it: relaxed, as a stale
+        /// true only sends the direct path's caller to the kick.
+        std::atomic<bool> tx_wait_writable{false};
         bool port_dead = false;         ///< the port's fd reported an error or hang-up
         uint32_t rx_reg_events = 0;     ///< what port.rx_fd is registered for (0: not)
         uint32_t tx_reg_events = 0;     ///< ... port.tx_fd, when it is another fd
@@ -362,12 +375,6 @@ protected:
     void signal(Vring& v, uint32_t n) noexcept;
     /// The coalescer said signal: the driver's suppression decides.
     void raise(Vring& v) noexcept;
-    /// Guest buffers worth a handle_rx run: running, pending, and more than
-    /// the last run found too few for a packet.
-    bool rx_ready(Pair& p) noexcept {
-        if (!rx_serving(p)) return false;
-        return p.rx.q->pending() > p.rx_short_pending;
-    }
     /// The rx vring runs, the port lives, and the pair is in use.
     bool rx_serving(const Pair& p) const noexcept {
         return p.rx.running() && !p.port_dead && p.index < rx_active_pairs_;
@@ -488,10 +495,26 @@ private:
     /// workers' mutexes first.
     void ctrl_sync_active_pairs() noexcept;
     void sync_active_pairs() noexcept;
-    /// Reports a vring that broke (once) and stops watching what it owns.
+    /// The one report of a broken vring (data or control), whoever found the
+    /// break: once (`reported`), `error` set, a log line, vrings_broken, the
+    /// err fd, NEEDS_RESET, and its kick (epoll tag `kick_tag`) out of the
+    /// wait. False if `q` is not broken or was reported already.
+    bool report_broken(uint16_t index, const ring::SplitDeviceQueue& q, const VringSetup& s,
+                       uint32_t kick_tag, bool& reported, ring::RingError& error) noexcept;
+    /// report_broken for the pair's vrings, then stops watching what a
+    /// broken one owns (its port fd, its place in the work list).
     void check_broken(Pair& p) noexcept;
-    void report_broken(uint16_t index, Vring& v) noexcept;
     void check_ctrl_broken() noexcept;
+    /// The worker's probes (one acquire load of avail.idx each): work for a
+    /// handler run. A break the probe finds is reported here (check_broken);
+    /// a broken ring is not probed.
+    /// rx: running, serving, and more chains than the last run found too few
+    /// for a packet.
+    bool rx_ready(Pair& p) noexcept;
+    /// tx: running, not waiting for the port, and tx_mu free (else the
+    /// direct path is serving it, and hands the rest over as a kick).
+    bool tx_ready(Pair& p) noexcept;
+    bool ctrl_ready() noexcept;
 
     void worker(Worker& w) noexcept;
     /// One round's handlers, in vhost's FIFO order; w.mu held.
