@@ -116,6 +116,7 @@ void NetDevice::wait_port_writable(Pair& p) noexcept {
         return;
     }
     p.tx_wait_writable.store(true, std::memory_order_relaxed);  // under tx_mu (run_tx)
+    sync_port_watch(p);  // EPOLLOUT into the wait: nothing else resumes tx
 }
 
 void NetDevice::sync_port_watch(Pair& p) noexcept {

@@ -1,7 +1,8 @@
 // The direct path (seed 002): a small batch that would need a kick is sent
 // by the frontend's own thread through VhostNet::process_tx_now, with the
-// worker running; and a readable port fd with no guest rx buffers does not
-// spin the worker. A VirtioNet QueuePair (the in-process pairing,
+// worker running; the control plane stopping the ring, and the worker
+// waiting for a full port, while a direct run goes on (issue 23 item 10);
+// and a readable port fd with no guest rx buffers does not spin the worker. A VirtioNet QueuePair (the in-process pairing,
 // pair::GuestPair) against VhostNet, checked by counters and by which thread
 // sent what.
 #include <gtest/gtest.h>
@@ -45,10 +46,15 @@ struct DirectPort {
     std::atomic<uint64_t> sent{0};
     std::atomic<bool> hold{false};     ///< send() waits (bounded) while set
     std::atomic<bool> holding{false};  ///< ... and says so
+    uint32_t retry_every = 0;          ///< every n-th send() says Retry (0: never)
+    uint64_t sends = 0;
+    std::optional<notify::EventFd> writable;  ///< tx_fd(), always writable; none: -1
 
+    int tx_fd() const noexcept { return writable ? writable->fd() : -1; }
     bool rx_pending() noexcept { return false; }
     uint32_t recv(std::span<const iovec>) noexcept { return 0; }
     port::SendResult send(std::span<const iovec> src, uint32_t len) noexcept {
+        if (retry_every != 0 && ++sends % retry_every == 0) return port::SendResult::Retry;
         if (hold.load(std::memory_order_acquire)) {
             holding.store(true, std::memory_order_release);
             (void)wait_until([this] { return !hold.load(std::memory_order_acquire); });
@@ -69,7 +75,7 @@ struct DirectPort {
         return seq ? port::SendResult::Sent : port::SendResult::Dropped;
     }
 };
-static_assert(port::Port<DirectPort>);
+static_assert(port::Port<DirectPort> && port::HasTxFd<DirectPort>);
 
 using Dev = VhostNet<DirectPort>;
 
@@ -80,6 +86,7 @@ struct PairOptions {
     Weight tx_weight{};
     bool event_idx = false;
     frontend::TxMode tx_mode = frontend::TxMode::Napi;
+    uint32_t retry_every = 0;  ///< DirectPort::retry_every, with a tx fd
 };
 
 /// A guest (QueuePair) and VhostNet<DirectPort> on one GuestPair.
@@ -91,6 +98,12 @@ public:
         fc.event_idx = o.event_idx;
         fc.tx_mode = o.tx_mode;
         if (auto err = tb_.setup(fc)) throw std::runtime_error(*err);
+        if (o.retry_every != 0) {
+            auto e = notify::EventFd::create();
+            if (!e) throw std::runtime_error("EventFd::create");
+            port.writable.emplace(std::move(*e));
+            port.retry_every = o.retry_every;
+        }
         VhostNetOptions opt;
         opt.tx_weight = o.tx_weight;
         auto d = Dev::create(tb_.device_setup(), opt, port);
@@ -264,15 +277,67 @@ TEST(DirectPath, WeightExceededLeavesTheRestToTheWorker) {
     EXPECT_EQ(t.port.sent.load(std::memory_order_acquire), 4u);
 }
 
-// Two threads (this one as the guest, the worker) over 200k frames with
-// batches of 1..8: every frame exactly once, in order, whether the caller
-// or the worker sent it. Run under TSan too (make test-tsan).
-TEST(DirectPathStress, EveryFrameOnceInOrder) {
-    constexpr uint64_t kFrames = 200'000;
+TEST(PortRetry, TheWorkerResumesWhenThePortBecomesWritable) {
+    // Every 2nd send says Retry; the port's tx fd is writable at once. The
+    // worker's run stops with notifications off, so only EPOLLOUT on that fd
+    // resumes it: the wait must be in the epoll set.
     PairOptions o;
-    o.event_idx = true;
-    o.tx_mode = frontend::TxMode::FreeOnXmit;
+    o.retry_every = 2;
     DirectPair t(o);
+    t.start_idle();
+    t.send(0, 4);
+    ASSERT_TRUE(t.wait_sent(4)) << "tx stalled after the port said Retry";
+    ASSERT_TRUE(t.wait_completions(4));
+    expect_in_order(t.port, 4);
+    EXPECT_EQ(t.stats().tx_retry.get(), 3u);  // packets 1, 2 and 3 once each
+    EXPECT_EQ(t.stats().tx_pkts.get(), 4u);
+}
+
+TEST(DirectPath, StopVringWaitsForARunInProgress) {
+    // The control plane stops the tx ring (GET_VRING_BASE) while the
+    // guest's thread is inside a direct run: the flush of coalesced entries
+    // and the base must wait for the run's end, or the base misses the
+    // chains it pops meanwhile (a restart sends them twice) and the
+    // coalescer and signal path are shared unguarded.
+    harness::Options o;
+    o.tx_coalesce = {64, 10'000'000};  // used entries wait: the stop flushes them
+    harness::Harness h(o);
+    auto& dev = h.dev();  // no worker: the test's threads are the direct path and the control plane
+    h.add_tx_burst(0, 1, kLen);
+    ASSERT_TRUE(dev.process_tx_now());
+    ASSERT_EQ(h.tx_call().consume(), 0u) << "coalesced";
+    std::atomic<bool> in_send{false}, release{false};
+    h.port.on_send = [&] {  // the direct path's thread, in its second run's first send
+        if (h.port.sent_lens.size() != 2) return;
+        in_send.store(true);
+        (void)wait_until([&] { return release.load(); });
+    };
+    h.add_tx_burst(1, 3, kLen);
+    std::thread direct([&] { (void)dev.process_tx_now(); });
+    ASSERT_TRUE(wait_until([&] { return in_send.load(); }));
+    std::optional<VringBase> base;
+    std::thread stopper([&] {
+        if (auto b = dev.stop_vring(tx_vring(0))) base = *b;
+    });
+    // The stop's flush signals the guest: never while the run it waits for goes on.
+    const bool early = h.tx_call().wait(300'000);
+    release.store(true);
+    direct.join();
+    stopper.join();
+    EXPECT_FALSE(early) << "stop_vring used the tx signal path while a direct run was in it";
+    ASSERT_TRUE(base.has_value());
+    EXPECT_EQ(base->last_avail_idx, 4u) << "the base counts every chain the run popped";
+    EXPECT_EQ(h.used_idx(h.tx_addrs()), 4u);
+    EXPECT_EQ(h.port.sent_lens.size(), 4u);
+    EXPECT_EQ(h.tx_call().consume(), 1u) << "what was coalesced is signalled at the stop";
+    EXPECT_FALSE(dev.process_tx_now()) << "stopped";
+}
+
+/// Two threads (this one as the guest, the worker) over `frames` frames
+/// with batches of 1..8: every frame exactly once, in order, whether the
+/// caller or the worker sent it. `extra_direct`: the guest's thread also
+/// calls process_tx_now after each batch, whatever the worker is doing.
+void stress(DirectPair& t, uint64_t frames, bool extra_direct) {
     t.start_idle();
     t.direct_on();
     frontend::QueuePair& qp = t.qp();
@@ -288,16 +353,17 @@ TEST(DirectPathStress, EveryFrameOnceInOrder) {
     };
     uint32_t rng = 12345;
     uint64_t seq = 0;
-    while (seq < kFrames) {
+    while (seq < frames) {
         rng = rng * 1103515245u + 12345u;
         const uint32_t batch = 1 + (rng >> 16) % 8;
-        for (uint32_t k = 0; k < batch && seq < kFrames; ++k, ++seq) {
+        for (uint32_t k = 0; k < batch && seq < frames; ++k, ++seq) {
             if (qp.tx_queue().num_free() == 0) qp.tx_flush();  // publish before waiting
             ASSERT_TRUE(reap_until([&] { return qp.tx_queue().num_free() != 0; }));
             ASSERT_TRUE(reap_until([&] { return qp.free_bufs() != 0; }));
             t.queue(seq);
         }
         qp.tx_flush();
+        if (extra_direct) (void)t.dev().process_tx_now();
         qp.free_old_xmit();
         // Now and then let the worker drain and go idle, so the next batch
         // finds "kick needed": small ones then go direct, racing the
@@ -306,10 +372,10 @@ TEST(DirectPathStress, EveryFrameOnceInOrder) {
             ASSERT_TRUE(reap_until([&] { return qp.free_bufs() == qp.total_bufs(); }));
         }
     }
-    ASSERT_TRUE(t.wait_sent(kFrames));
-    expect_in_order(t.port, kFrames);
+    ASSERT_TRUE(t.wait_sent(frames));
+    expect_in_order(t.port, frames);
     ASSERT_TRUE(reap_until([&] { return qp.free_bufs() == qp.total_bufs(); }));
-    EXPECT_EQ(t.port.sent.load(std::memory_order_acquire), kFrames);
+    EXPECT_EQ(t.port.sent.load(std::memory_order_acquire), frames);
     EXPECT_GT(t.stats().direct_pkts.get(), 0u);
     EXPECT_GT(t.qp().stats().tx_kicks.get(), 0u);
     EXPECT_EQ(t.qp().stats().tx_drop_ring_full.get(), 0u);
@@ -318,6 +384,28 @@ TEST(DirectPathStress, EveryFrameOnceInOrder) {
                 static_cast<unsigned long long>(t.stats().direct_pkts.get()),
                 static_cast<unsigned long long>(t.stats().direct_busy.get()),
                 static_cast<unsigned long long>(t.qp().stats().tx_kicks.get()));
+}
+
+// Run under TSan too (make test-tsan).
+TEST(DirectPathStress, EveryFrameOnceInOrder) {
+    PairOptions o;
+    o.event_idx = true;
+    o.tx_mode = frontend::TxMode::FreeOnXmit;
+    DirectPair t(o);
+    stress(t, 200'000, false);
+}
+
+// A port that fills up (Retry every 5th send, then writable at once): the
+// worker's wait for EPOLLOUT (tx_wait_writable) begins and ends while the
+// guest's thread runs the direct path, which reads it. Run under TSan too.
+TEST(DirectPathStress, APortThatFillsUpWhileTheDirectPathRunsLosesNothing) {
+    PairOptions o;
+    o.event_idx = true;
+    o.tx_mode = frontend::TxMode::FreeOnXmit;
+    o.retry_every = 5;
+    DirectPair t(o);
+    stress(t, 50'000, true);
+    EXPECT_GT(t.stats().tx_retry.get(), 0u);
 }
 
 /// rx: `left` packets behind an eventfd that stays readable until the last

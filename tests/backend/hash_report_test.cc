@@ -407,6 +407,10 @@ TEST(HashReportEndToEnd, TxFramesReachThePortWithTheirNetHdrAndNoHashFields) {
     const std::lock_guard<std::mutex> lock(bed.ports[0].mu);
     EXPECT_EQ(bed.ports[0].sent, sent);
     EXPECT_EQ(bed.dev().stats(0).tx_pkts.get(), 8u);
+    // tx_bytes counts what the port got: 12-byte headers, not the guest's 20.
+    uint64_t port_bytes = 0;
+    for (const Frame& f : bed.ports[0].sent) port_bytes += f.size();
+    EXPECT_EQ(bed.dev().stats(0).tx_bytes.get(), port_bytes);
 }
 
 // ---- mergeable rx: 64 KiB frames behind the bigger header ------------------------------------
