@@ -178,9 +178,9 @@ TEST(HostileGuest, RxAvailJumpFoundByTheRxReadyProbeIsReportedAndDoesNotSpin) {
     const DeviceStats& ds = dev->device_stats();
     ASSERT_TRUE(wait_until([&] { return ds.rounds.get() >= 1; }));  // nothing to move
     const uint64_t rx_runs = dev->stats().rx_runs.get();
-    h.set_avail_idx(h.rx_addrs(), 1000);
+    publish_avail_idx(h, h.rx_addrs(), 1000);
     h.add_tx_burst(0, 1, 64);
-    h.tx_kick().signal();  // orders the ring writes before the worker's reads
+    h.tx_kick().signal();
     ASSERT_TRUE(wait_until([&] { return ds.vrings_broken.get() == 1; }))
         << "the probe found the break silently";
     EXPECT_EQ(dev->stats().rx_runs.get(), rx_runs) << "found by the probe, not by an rx run";
@@ -239,7 +239,7 @@ TEST(HostileGuest, ABreakTheDirectPathFindsIsReportedByTheWorker) {
     ASSERT_TRUE(wait_until([&] { return dev->device_stats().rounds.get() >= 1; }));
     // A head past the ring, run by the guest's own thread (no kick follows).
     h.set_avail_slot(h.tx_addrs(), 0, h.size());
-    h.set_avail_idx(h.tx_addrs(), 1);
+    publish_avail_idx(h, h.tx_addrs(), 1);
     EXPECT_TRUE(dev->process_tx_now());
     ASSERT_TRUE(wait_until([&] { return dev->device_stats().vrings_broken.get() == 1; }))
         << "the direct path's break was never reported";
