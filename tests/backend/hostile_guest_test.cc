@@ -17,11 +17,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <memory>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -124,17 +126,48 @@ TEST(HostileGuest, APortFdThatHangsUpIsDroppedFromTheWaitNotSpunOn) {
 // ---- g. a break is reported wherever it is found ------------------------------------
 
 /// The harness's rings on a device of their own whose vrings have err fds
-/// (the harness's device is never started).
-std::unique_ptr<Dev> device_with_err_fds(const Harness& h, FakePort& port,
-                                         const notify::EventFd& rx_err,
-                                         const notify::EventFd& tx_err,
-                                         const VhostNetOptions& opt = {}) {
-    DeviceSetup s = h.setup();
-    s.vrings[rx_vring(0)].err = &rx_err;
-    s.vrings[tx_vring(0)].err = &tx_err;
-    auto d = Dev::create(s, opt, port);
-    return d ? std::move(*d) : nullptr;
-}
+/// (the harness's device is never started), its worker started and past
+/// its first round (nothing to move). `on_send(port)` runs after each send.
+struct ErrFdBed {
+    explicit ErrFdBed(const VhostNetOptions& opt = {}, int port_fd = -1,
+                      std::function<void(FakePort&)> on_send = {})
+        : h({}), rx_err(make_fd()), tx_err(make_fd()) {
+        port.fd = port_fd;
+        if (on_send) port.on_send = [this, f = std::move(on_send)] { f(port); };
+        DeviceSetup s = h.setup();
+        s.vrings[rx_vring(0)].err = &rx_err;
+        s.vrings[tx_vring(0)].err = &tx_err;
+        auto d = Dev::create(s, opt, port);
+        if (!d) throw std::runtime_error("VhostNet::create");
+        dev = std::move(*d);
+        dev->start();
+        if (!wait_until([&] { return dev->device_stats().rounds.get() >= 1; })) {
+            throw std::runtime_error("no first round");
+        }
+    }
+    static notify::EventFd make_fd() {
+        auto e = notify::EventFd::create();
+        if (!e) throw std::runtime_error("EventFd::create");
+        return std::move(*e);
+    }
+    /// The break, reported once with `why`: status, the vring, its err fd.
+    void expect_reported(uint16_t vring, ring::RingError why) {
+        EXPECT_EQ(dev->device_stats().vrings_broken.get(), 1u);
+        EXPECT_EQ(dev->status(), virtio::VIRTIO_CONFIG_S_NEEDS_RESET);
+        EXPECT_TRUE(dev->vring_broken(vring));
+        EXPECT_EQ(dev->vring_error(vring), why);
+        EXPECT_EQ(rx_err.consume(), vring == rx_vring(0) ? 1u : 0u);
+        EXPECT_EQ(tx_err.consume(), vring == tx_vring(0) ? 1u : 0u);
+    }
+    bool wait_broken() {
+        return wait_until([&] { return dev->device_stats().vrings_broken.get() == 1; });
+    }
+
+    Harness h;
+    notify::EventFd rx_err, tx_err;
+    FakePort port;
+    std::unique_ptr<Dev> dev;  ///< destroyed first: the worker stops before the rest goes
+};
 
 /// avail.idx as a driver publishes it (a release store): the device may be
 /// polling it meanwhile.
@@ -162,94 +195,55 @@ TEST(HostileGuest, RxAvailJumpFoundByTheRxReadyProbeIsReportedAndDoesNotSpin) {
     // reply. No rx run looks at the ring: the probe after the round does
     // (rx_ready, guest buffers for the readable port).
     auto ready = notify::EventFd::create();  // the echo port's fd: readable while a reply waits
-    auto rx_err = notify::EventFd::create();
-    auto tx_err = notify::EventFd::create();
-    ASSERT_TRUE(ready && rx_err && tx_err);
-    Harness h({});
-    FakePort port;
-    port.fd = ready->fd();
-    port.on_send = [&] {  // the worker's thread: the reply
+    ASSERT_TRUE(ready);
+    ErrFdBed b({}, ready->fd(), [&](FakePort& port) {  // the worker's thread: the reply
         port.rx_left = 1;
         ready->signal();
-    };
-    auto dev = device_with_err_fds(h, port, *rx_err, *tx_err);
-    ASSERT_TRUE(dev);
-    dev->start();
-    const DeviceStats& ds = dev->device_stats();
-    ASSERT_TRUE(wait_until([&] { return ds.rounds.get() >= 1; }));  // nothing to move
-    const uint64_t rx_runs = dev->stats().rx_runs.get();
-    publish_avail_idx(h, h.rx_addrs(), 1000);
-    h.add_tx_burst(0, 1, 64);
-    h.tx_kick().signal();
-    ASSERT_TRUE(wait_until([&] { return ds.vrings_broken.get() == 1; }))
-        << "the probe found the break silently";
-    EXPECT_EQ(dev->stats().rx_runs.get(), rx_runs) << "found by the probe, not by an rx run";
-    EXPECT_EQ(dev->status(), virtio::VIRTIO_CONFIG_S_NEEDS_RESET);
-    EXPECT_TRUE(dev->vring_broken(rx_vring(0)));
-    EXPECT_EQ(dev->vring_error(rx_vring(0)), ring::RingError::AvailIdxJump);
-    EXPECT_EQ(rx_err->consume(), 1u);
-    EXPECT_EQ(tx_err->consume(), 0u);
+    });
+    Dev& dev = *b.dev;
+    const uint64_t rx_runs = dev.stats().rx_runs.get();
+    publish_avail_idx(b.h, b.h.rx_addrs(), 1000);
+    b.h.add_tx_burst(0, 1, 64);
+    b.h.tx_kick().signal();
+    ASSERT_TRUE(b.wait_broken()) << "the probe found the break silently";
+    EXPECT_EQ(dev.stats().rx_runs.get(), rx_runs) << "found by the probe, not by an rx run";
+    b.expect_reported(rx_vring(0), ring::RingError::AvailIdxJump);
     EXPECT_FALSE(watched_by_epoll(ready->fd())) << "the worker would spin on the queued reply";
-    expect_worker_idle(*dev, "with the reply queued");
+    expect_worker_idle(dev, "with the reply queued");
 
     // tx is still served; the broken ring is reported once.
-    h.add_tx_burst(1, 1, 64);
-    h.tx_kick().signal();
-    ASSERT_TRUE(wait_until([&] { return dev->stats().tx_pkts.get() == 2; }));
-    expect_worker_idle(*dev, "after a second reply");
-    dev->stop();
-    EXPECT_EQ(ds.vrings_broken.get(), 1u);
-    EXPECT_EQ(rx_err->consume(), 0u);
-    EXPECT_EQ(port.sent_seqs.size(), 2u);
+    b.h.add_tx_burst(1, 1, 64);
+    b.h.tx_kick().signal();
+    ASSERT_TRUE(wait_until([&] { return dev.stats().tx_pkts.get() == 2; }));
+    expect_worker_idle(dev, "after a second reply");
+    dev.stop();
+    EXPECT_EQ(dev.device_stats().vrings_broken.get(), 1u);
+    EXPECT_EQ(b.rx_err.consume(), 0u);
+    EXPECT_EQ(b.port.sent_seqs.size(), 2u);
 }
 
 TEST(HostileGuest, TxAvailJumpFoundWhileBusyPollingIsReported) {
-    auto rx_err = notify::EventFd::create();
-    auto tx_err = notify::EventFd::create();
-    ASSERT_TRUE(rx_err && tx_err);
-    Harness h({});
-    FakePort port;
     VhostNetOptions opt;
     opt.busyloop_usecs = 50'000;  // spins on the rings half of every idle 100 ms
-    auto dev = device_with_err_fds(h, port, *rx_err, *tx_err, opt);
-    ASSERT_TRUE(dev);
-    dev->start();
-    ASSERT_TRUE(wait_until([&] { return dev->device_stats().rounds.get() >= 1; }));
-    const uint64_t tx_runs = dev->stats().tx_runs.get();
-    publish_avail_idx(h, h.tx_addrs(), 1000);  // no kick: only the spin looks
-    ASSERT_TRUE(wait_until([&] { return dev->device_stats().vrings_broken.get() == 1; }))
-        << "the busy-poll probe found the break silently";
-    EXPECT_EQ(dev->stats().tx_runs.get(), tx_runs) << "found by the probe, not by a tx run";
-    EXPECT_EQ(dev->status(), virtio::VIRTIO_CONFIG_S_NEEDS_RESET);
-    EXPECT_EQ(dev->vring_error(tx_vring(0)), ring::RingError::AvailIdxJump);
-    EXPECT_EQ(tx_err->consume(), 1u);
-    EXPECT_EQ(rx_err->consume(), 0u);
-    dev->stop();
+    ErrFdBed b(opt);
+    const uint64_t tx_runs = b.dev->stats().tx_runs.get();
+    publish_avail_idx(b.h, b.h.tx_addrs(), 1000);  // no kick: only the spin looks
+    ASSERT_TRUE(b.wait_broken()) << "the busy-poll probe found the break silently";
+    EXPECT_EQ(b.dev->stats().tx_runs.get(), tx_runs) << "found by the probe, not by a tx run";
+    b.expect_reported(tx_vring(0), ring::RingError::AvailIdxJump);
 }
 
 TEST(HostileGuest, ABreakTheDirectPathFindsIsReportedByTheWorker) {
-    auto rx_err = notify::EventFd::create();
-    auto tx_err = notify::EventFd::create();
-    ASSERT_TRUE(rx_err && tx_err);
-    Harness h({});
-    FakePort port;
-    auto dev = device_with_err_fds(h, port, *rx_err, *tx_err);
-    ASSERT_TRUE(dev);
-    dev->start();
-    ASSERT_TRUE(wait_until([&] { return dev->device_stats().rounds.get() >= 1; }));
+    ErrFdBed b;
     // A head past the ring, run by the guest's own thread (no kick follows).
-    h.set_avail_slot(h.tx_addrs(), 0, h.size());
-    publish_avail_idx(h, h.tx_addrs(), 1);
-    EXPECT_TRUE(dev->process_tx_now());
-    ASSERT_TRUE(wait_until([&] { return dev->device_stats().vrings_broken.get() == 1; }))
-        << "the direct path's break was never reported";
-    EXPECT_EQ(dev->status(), virtio::VIRTIO_CONFIG_S_NEEDS_RESET);
-    EXPECT_EQ(dev->vring_error(tx_vring(0)), ring::RingError::HeadOutOfRange);
-    EXPECT_EQ(tx_err->consume(), 1u);
-    EXPECT_FALSE(dev->process_tx_now()) << "a broken ring is the worker's, never run again";
-    dev->stop();
-    EXPECT_EQ(dev->device_stats().vrings_broken.get(), 1u);
-    EXPECT_EQ(port.sent_lens.size(), 0u);
+    b.h.set_avail_slot(b.h.tx_addrs(), 0, b.h.size());
+    publish_avail_idx(b.h, b.h.tx_addrs(), 1);
+    EXPECT_TRUE(b.dev->process_tx_now());
+    ASSERT_TRUE(b.wait_broken()) << "the direct path's break was never reported";
+    b.expect_reported(tx_vring(0), ring::RingError::HeadOutOfRange);
+    EXPECT_FALSE(b.dev->process_tx_now()) << "a broken ring is the worker's, never run again";
+    b.dev->stop();
+    EXPECT_EQ(b.port.sent_lens.size(), 0u);
 }
 
 // ---- b. mergeable rx reserves what can actually arrive ---------------------------
