@@ -29,7 +29,12 @@ struct Outcome {
 class FrontendHostile : public ::testing::Test {
 protected:
     FrontendHostile() {
-        for (int i = 0; i < 8; ++i) efd_.push_back(std::move(notify::EventFd::create().value()));
+        for (int i = 0; i < 8; ++i) {
+            efd_.push_back(std::move(notify::EventFd::create().value()));
+            // As the Frontend hands them over: their signalling rings (an fd
+            // each, the EventFd's) are then in every case's fd baseline.
+            efd_.back().hand_over();
+        }
     }
     ~FrontendHostile() override { ::unlink(path_.c_str()); }
 

@@ -522,8 +522,7 @@ std::vector<Case> cases() {
                  semaphore_kick,
                  {{"session.bad_fd_type", 1},
                   {"session.rejected", 1},
-                  {"session.rings_started", 3},
-                  {"session.rings_stopped", 1}}});
+                  {"session.rings_started", 3}}});
     // Rings.
     v.push_back({"ring_outside_memory",
                  [sz](Ctx& c) {
