@@ -206,11 +206,18 @@ void run(const ServeOptions& o, MakePort make_port) {
             next += interval;
         }
     }
+    // Whatever the front-ends did, a stop signal ends the process within 2 s
+    // (the sockets removed); the orderly stop below normally takes far less.
+    const StopDeadline deadline(std::chrono::milliseconds(1500), [&o] {
+        if (o.client) return;
+        for (const auto& s : o.sockets) ::unlink(s.c_str());
+    });
     // The servers first: each ends its session (every running vring
     // stopped) and removes its socket file; then the workers.
     for (auto& dv : devs) dv.server->stop();
     for (auto& dv : devs) dv.dev->stop();
     report("final", o, devs);
+    devs.clear();  // inside the deadline too
 }
 
 port::IcmpEchoPort::Ipv4 parse_ipv4(const std::string& s) {

@@ -111,12 +111,18 @@ std::size_t MemoryRegion::map_granule(int fd) noexcept {
     struct stat st {};
     if (fd < 0 || fstatfs(fd, &fs) != 0 || fstat(fd, &st) != 0) return 0;
     // hugetlbfs (DPDK's and QEMU's hugepage memory) maps whole huge pages,
-    // its st_blksize; every other file system maps pages.
-    if (fs.f_type == HUGETLBFS_MAGIC && st.st_blksize > 0 &&
-        static_cast<std::size_t>(st.st_blksize) % page_bytes() == 0) {
+    // its st_blksize.
+    if (fs.f_type == HUGETLBFS_MAGIC) {
+        if (st.st_blksize <= 0 || static_cast<std::size_t>(st.st_blksize) % page_bytes() != 0) {
+            return 0;
+        }
         return static_cast<std::size_t>(st.st_blksize);
     }
-    return page_bytes();
+    // Rule: otherwise only shared memory: a memfd or a tmpfs file (QEMU's
+    // memory-backend-memfd, DPDK's --no-huge memfds, /dev/shm). A page of a
+    // file on a disk, NFS or FUSE is faulted in by I/O that its server can
+    // stall for as long as it likes, and the worker touching it with it.
+    return fs.f_type == TMPFS_MAGIC ? page_bytes() : 0;
 }
 
 Result<MemoryRegion, MemError> MemoryRegion::map_owned(int fd, std::size_t size_bytes,

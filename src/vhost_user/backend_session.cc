@@ -208,6 +208,7 @@ Outcome BackendSession::handle(const MsgHeader& h, std::span<const std::byte> pa
         switch (f) {
             case Fail::Payload: stats_.bad_payload.add(); break;
             case Fail::Fds: stats_.bad_fds.add(); break;
+            case Fail::FdType: stats_.bad_fd_type.add(); break;
             case Fail::State: stats_.bad_state.add(); break;
             case Fail::Unsupported: stats_.unsupported.add(); break;
             case Fail::None: break;
@@ -416,7 +417,13 @@ BackendSession::Fail BackendSession::set_vring_fd(Request r, uint64_t v, Fds& fd
     Vring& ring = vrings_[i];
     std::unique_ptr<notify::EventFd> efd;
     if ((v & kVringNoFdMask) == 0) {
-        efd = std::make_unique<notify::EventFd>(notify::EventFd::adopt(fds.take(0)));
+        // Rule: an eventfd, and a kick not in semaphore mode; never blocks
+        // us whatever the front-end does to its flags later (event_fd.h).
+        auto e = notify::EventFd::from_peer(fds.take(0), r == Request::SetVringKick
+                                                             ? notify::PeerUse::Kick
+                                                             : notify::PeerUse::Notify);
+        if (!e) return Fail::FdType;
+        efd = std::make_unique<notify::EventFd>(std::move(*e));
     }
     if (r == Request::SetVringCall) {
         if (ring.started && !dev_.set_vring_call(i, efd.get())) return Fail::State;
@@ -487,7 +494,7 @@ BackendSession::Fail BackendSession::set_mem_table(std::span<const std::byte> p,
             return Fail::Payload;
         }
         auto r = mem::MemoryRegion::map_fd(fd, w.memory_size + delta, aligned);
-        if (!r) return Fail::Payload;
+        if (!r) return r.error() == mem::MemError::BadFd ? Fail::FdType : Fail::Payload;
         std::byte* host = r->host() + delta;
         if (!m->table.add(mem::GuestAddr(w.guest_phys_addr), {host, w.memory_size})) {
             return Fail::Payload;
@@ -549,9 +556,9 @@ BackendSession::Fail BackendSession::set_inflight_fd(const InflightInfo& info, F
     }
     if (any_started()) return Fail::State;
     // map_fd refuses a range past the file's end, an unaligned offset and
-    // anything but a writable memfd-like file; it takes the fd either way.
+    // anything but a writable memfd or hugetlbfs file; it takes the fd either way.
     auto r = mem::MemoryRegion::map_fd(fds.take(0), info.mmap_size, info.mmap_offset);
-    if (!r) return Fail::Payload;
+    if (!r) return r.error() == mem::MemError::BadFd ? Fail::FdType : Fail::Payload;
     // Rule: the data path writes the log; a file the front-end could shrink
     // would turn those writes into SIGBUS. GET_INFLIGHT_FD's memfds are sealed.
     if (!r->sealed_against_shrink()) return Fail::Payload;

@@ -436,6 +436,9 @@ Status<FrontendError> Frontend::Impl::start_device() noexcept {
         a.used_user_addr = uva(v.addrs.used);
         if (auto s = set(Request::SetVringAddr, a); !s) return s;
         const auto fd_msg = [&](Request r, const notify::EventFd* e) {
+            // The back-end holds it from now on: it may saturate it and clear
+            // O_NONBLOCK, so our signals of it go through the kernel.
+            if (e != nullptr) e->hand_over();
             const uint64_t val = i | (e == nullptr ? kVringNoFdMask : 0);
             const int efd = e == nullptr ? -1 : e->fd();
             return set(r, val, e == nullptr ? std::span<const int>{} : std::span(&efd, 1));

@@ -5,8 +5,10 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -504,10 +506,12 @@ TEST(MemoryRegion, MapFdReportsWhetherThePeerSealedAgainstShrink) {
     close(sealed);
 }
 
-TEST(MemoryRegion, MapFdOfAFileWithoutSealSupportMapsUnsealed) {
-    // An unlinked file in the working directory (usually not tmpfs, so
-    // F_GET_SEALS may fail with EINVAL): mapped, reported unsealed.
-    char name[] = "pvnet-mem-test-XXXXXX";
+TEST(MemoryRegion, MapFdOfAnUnsealedTmpfsFileMapsUnsealed) {
+    // A /dev/shm file (QEMU's memory-backend-file there): shared memory, not
+    // sealed against shrinking.
+    struct statfs fs {};
+    if (statfs("/dev/shm", &fs) != 0 || fs.f_type != TMPFS_MAGIC) GTEST_SKIP() << "no tmpfs /dev/shm";
+    char name[] = "/dev/shm/pvnet-mem-test-XXXXXX";
     const int fd = mkostemp(name, O_CLOEXEC);
     ASSERT_GE(fd, 0);
     unlink(name);
@@ -516,6 +520,25 @@ TEST(MemoryRegion, MapFdOfAFileWithoutSealSupportMapsUnsealed) {
     ASSERT_TRUE(r.has_value());
     EXPECT_FALSE(r->sealed_against_shrink());
     r->host()[0] = std::byte{9};
+    close(fd);
+}
+
+TEST(MemoryRegion, MapFdRejectsAFileOnAnotherFileSystem) {
+    // A regular file on a disk file system (the working directory's): its
+    // pages come by I/O a server (NFS, FUSE) could stall a toucher on.
+    char name[] = "pvnet-mem-test-XXXXXX";
+    const int fd = mkostemp(name, O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    unlink(name);
+    struct statfs fs {};
+    ASSERT_EQ(fstatfs(fd, &fs), 0);
+    if (fs.f_type == TMPFS_MAGIC || fs.f_type == HUGETLBFS_MAGIC) {
+        close(fd);
+        GTEST_SKIP() << "the working directory is on tmpfs";
+    }
+    ASSERT_EQ(ftruncate(fd, static_cast<off_t>(page_bytes())), 0);
+    EXPECT_EQ(MemoryRegion::map_granule(fd), 0u);
+    expect_map_fd_fails(fd, page_bytes(), 0, MemError::BadFd);
     close(fd);
 }
 

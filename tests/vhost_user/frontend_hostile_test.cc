@@ -29,7 +29,12 @@ struct Outcome {
 class FrontendHostile : public ::testing::Test {
 protected:
     FrontendHostile() {
-        for (int i = 0; i < 8; ++i) efd_.push_back(std::move(notify::EventFd::create().value()));
+        for (int i = 0; i < 8; ++i) {
+            efd_.push_back(std::move(notify::EventFd::create().value()));
+            // As the Frontend hands them over: their signalling rings (an fd
+            // each, the EventFd's) are then in every case's fd baseline.
+            efd_.back().hand_over();
+        }
     }
     ~FrontendHostile() override { ::unlink(path_.c_str()); }
 
@@ -449,6 +454,27 @@ TEST_F(FrontendHostile, RandomDefectsAtRandomRequests) {
         }
         serves_good_backend(fe, be, s);
     }
+}
+
+TEST_F(FrontendHostile, StartHandsItsEventfdsOverSoTheBackendCannotBlockOurSignals) {
+    // Issue 23: the back-end holds the kick and call fds start() sends; it may
+    // fill their counts and clear O_NONBLOCK, so from start() on our signals
+    // of them are kernel-made (notify/event_fd.h).
+    std::vector<notify::EventFd> fresh;
+    for (int i = 0; i < 4; ++i) fresh.push_back(std::move(notify::EventFd::create().value()));
+    auto fe = make();
+    auto be = std::make_unique<FakeBackend>(path_, Script{});
+    auto f = fe->connect(kWanted);
+    ASSERT_TRUE(f) << f.error().text;
+    backend::DeviceSetup d = device(*f);
+    for (std::size_t i = 0; i < d.vrings.size(); ++i) {
+        d.vrings[i].kick = &fresh[2 * i];
+        d.vrings[i].call = &fresh[2 * i + 1];
+    }
+    for (const auto& e : fresh) EXPECT_FALSE(e.kernel_signalled());
+    ASSERT_TRUE(fe->start(d, memory()));
+    for (const auto& e : fresh) EXPECT_TRUE(e.kernel_signalled());
+    fe.reset();
 }
 
 }  // namespace

@@ -34,13 +34,14 @@ public:
     /// Nothing is mapped when it fails with
     ///   BadRegion  - size zero or beyond off_t, offset not granule-aligned,
     ///                offset + size overflows;
-    ///   BadFd      - fd not open, not a regular file (memfd), not O_RDWR, or
-    ///                sealed against writes;
+    ///   BadFd      - fd not open, not a regular file on tmpfs (a memfd) or
+    ///                hugetlbfs, not O_RDWR, or sealed against writes;
     ///   FdTooShort - the file's st_size < offset + size_bytes.
     static Result<MemoryRegion, MemError> map_fd(int fd, std::size_t size_bytes,
                                                  uint64_t offset) noexcept;
     /// The unit `fd` maps in: a page, or on hugetlbfs the huge page size
-    /// (offsets and sizes of its mappings are multiples of it). 0: not a file.
+    /// (offsets and sizes of its mappings are multiples of it). 0: not a file
+    /// on tmpfs (memfds are) or hugetlbfs, which map_fd refuses.
     static std::size_t map_granule(int fd) noexcept;
 
     MemoryRegion(MemoryRegion&& o) noexcept;

@@ -113,7 +113,7 @@ private:
         uint16_t queue_size = 0;
         uint64_t queue_bytes = 0;
     };
-    enum class Fail : uint8_t { None, Payload, Fds, State, Unsupported };
+    enum class Fail : uint8_t { None, Payload, Fds, FdType, State, Unsupported };
 
     Fail dispatch(Request r, std::span<const std::byte> p, Fds& fds, uint64_t& reply,
                   bool& has_reply) noexcept;

@@ -37,6 +37,9 @@ struct SessionStats {
     Counter bad_header;         ///< version, flags or size wrong: connection closed
     Counter bad_payload;        ///< payload size or content wrong for the request
     Counter bad_fds;            ///< wrong fd count (extra fds closed)
+    /// an fd of the wrong kind: a kick/call/err that is no eventfd (or a
+    /// semaphore kick), memory or inflight that is no writable memfd/hugetlbfs file
+    Counter bad_fd_type;
     Counter bad_state;          ///< request not allowed now (e.g. ring address before a memory table)
     Counter unsupported;        ///< a request or feature pvnet does not implement
     Counter stalled;            ///< a message not completed in time, or a reply not taken: closed

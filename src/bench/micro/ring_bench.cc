@@ -20,6 +20,9 @@
 // would have been sent) or sleep on eventfds with the race-free re-arm
 // (kicks/interrupts are eventfd writes).
 //
+// EventFdSignal: one doorbell's cost, write() against the kernel-made signal
+// peer-held eventfds use (notify/event_fd.h).
+//
 // Timing claims live here, never in ctest (STYLE.md §11). Run in a boosted
 // autogroup and with repetitions; see README.md "Microbenchmarks".
 #include <benchmark/benchmark.h>
@@ -353,6 +356,46 @@ BENCHMARK(BM_SplitTwoThreadCopy64)
     ->ArgNames({"event_idx", "eventfd"})
     ->ArgsProduct({{0, 1}, {0, 1}})
     ->UseRealTime();
+
+/// One doorbell signal: write() (pvnet's own eventfds) against the kernel-made
+/// signal of an eventfd a peer holds (EventFd::hand_over(): one io_uring NOP,
+/// its completion reaped in userspace). The count is drained every 1024
+/// signals, as a waiter would, outside the timing's interest.
+void BM_EventFdSignal(benchmark::State& state) {
+    auto e = EventFd::create();
+    if (!e) {
+        state.SkipWithError("eventfd failed");
+        return;
+    }
+    if (state.range(0) != 0) {
+        e->hand_over();
+        if (!e->kernel_signalled()) {
+            state.SkipWithError("io_uring unavailable");
+            return;
+        }
+    }
+    uint32_t n = 0;
+    for (auto _ : state) {
+        e->signal();
+        if ((++n & 1023u) == 0) (void)e->consume();
+    }
+}
+BENCHMARK(BM_EventFdSignal)->ArgName("kernel")->Arg(0)->Arg(1);
+
+/// consume() of a signalled eventfd (preadv2 with RWF_NOWAIT), signal included.
+void BM_EventFdSignalConsume(benchmark::State& state) {
+    auto e = EventFd::create();
+    if (!e) {
+        state.SkipWithError("eventfd failed");
+        return;
+    }
+    if (state.range(0) != 0) e->hand_over();
+    for (auto _ : state) {
+        e->signal();
+        benchmark::DoNotOptimize(e->consume());
+    }
+}
+BENCHMARK(BM_EventFdSignalConsume)->ArgName("kernel")->Arg(0)->Arg(1);
 
 }  // namespace
 }  // namespace pvnet::ring
