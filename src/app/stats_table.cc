@@ -149,6 +149,7 @@ CounterTable<port::TapPort> port_counters<port::TapPort>() {
         PVNET_COUNTER(S, rx_empty),
         PVNET_COUNTER(S, rx_drop_short),
         PVNET_COUNTER(S, rx_drop_truncated),
+        PVNET_COUNTER(S, rx_drop_no_session),
         PVNET_COUNTER(S, tx_drop_bad_len),
         PVNET_COUNTER(S, tx_retry),
         CounterField<S>{"rx_drops", [](const S& s) { return s.rx_drops(); }},
