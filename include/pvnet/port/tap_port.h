@@ -160,11 +160,12 @@ public:
     /// the GSO frames and partial checksums the guest accepts (port::HasGuestFeatures).
     bool set_guest_features(uint64_t features) noexcept;
     const std::string& name() const noexcept { return name_; }
-    /// port::HasSession. Frames the tap queued for a guest whose session
-    /// ended, and those that came while no session was there, are nobody's
-    /// now: both calls read and drop what waits (rx_drop_no_session), so the
-    /// next guest on this device starts with an empty queue.
-    void session_start() noexcept { (void)drain(); }
+    /// port::HasSession. What the tap queued for a guest whose session ended
+    /// is read and dropped (rx_drop_no_session), so the next guest on this
+    /// device does not get it. A start drops nothing: it also comes when the
+    /// same guest restarts its rx vring, and what reaches the link after a
+    /// session ended is the link's next owner's, as with a kernel tap.
+    void session_start() noexcept {}
     void session_end() noexcept { (void)drain(); }
     /// errno of the last rejected write (0: none yet; a Retry is no rejection).
     int tx_last_errno() const noexcept { return tx_last_errno_.load(std::memory_order_relaxed); }
@@ -182,7 +183,7 @@ public:
     Counter rx_empty;           ///< reads that found nothing (EAGAIN)
     Counter rx_drop_short;      ///< frame shorter than the vnet header
     Counter rx_drop_truncated;  ///< frame (or header) larger than the guest's buffers
-    Counter rx_drop_no_session;  ///< read and dropped at a session's start or end (drain)
+    Counter rx_drop_no_session;  ///< read and dropped at a session's end (drain)
     Counter tx_drop_bad_len;    ///< len disagrees with the iovecs, or a partial write
     CounterArray<TapErrno> rx_drop_errno, tx_drop_errno;
     Counter tx_retry;  ///< writes that found no room (EAGAIN/ENOBUFS): back-pressure, not drops
