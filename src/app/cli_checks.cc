@@ -190,6 +190,37 @@ CLI::Validator Ipv4() {
         "IPv4");
 }
 
+bool parse_unicast_mac(const std::string& s, uint64_t& out) {
+    if (s.size() != 17) return false;
+    uint64_t m = 0;
+    for (std::size_t i = 0; i < 17; ++i) {
+        const char c = s[i];
+        if (i % 3 == 2) {
+            if (c != ':') return false;
+            continue;
+        }
+        const auto u = static_cast<unsigned char>(c);
+        if (!std::isxdigit(u)) return false;
+        const int v = std::isdigit(u) ? u - '0' : std::tolower(u) - 'a' + 10;
+        m = (m << 4) | static_cast<uint64_t>(v);
+    }
+    if (m == 0 || ((m >> 40) & 1) != 0) return false;
+    out = m;
+    return true;
+}
+
+CLI::Validator UnicastMac(const std::string& none_word) {
+    std::string rule = "a unicast MAC address (aa:bb:cc:dd:ee:ff)";
+    if (!none_word.empty()) rule += " or " + none_word;
+    return CLI::Validator(
+        [rule, none_word](std::string& s) -> std::string {
+            uint64_t m = 0;
+            if ((!none_word.empty() && s == none_word) || parse_unicast_mac(s, m)) return {};
+            return must_be(s, rule);
+        },
+        "MAC");
+}
+
 bool parse_ipv4_endpoint(const std::string& s, Ipv4Endpoint& out) {
     const std::size_t colon = s.rfind(':');
     if (colon == std::string::npos) return false;

@@ -54,6 +54,13 @@ CLI::Validator SocketPath();
 /// A unicast IPv4 address in dotted-quad form (inet_pton).
 CLI::Validator Ipv4();
 
+/// Reads an Ethernet unicast MAC "aa:bb:cc:dd:ee:ff" (hex, any case) into
+/// 48 bits, first octet in the top byte; false if it is not one (multicast
+/// and all-zero included).
+bool parse_unicast_mac(const std::string& s, uint64_t& out);
+/// A unicast MAC (parse_unicast_mac), or `none_word` when not empty.
+CLI::Validator UnicastMac(const std::string& none_word = {});
+
 /// An IPv4 address and a UDP/TCP port.
 struct Ipv4Endpoint {
     std::array<uint8_t, 4> ip{};  ///< network order

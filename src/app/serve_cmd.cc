@@ -53,6 +53,10 @@ struct ServeOptions {
     uint32_t gen_loop = 0;  ///< frame bytes of the PVP generator and sink (0: not this port)
     bool l2switch = false;
     double switch_ageing = 300;  ///< seconds: Linux's bridge ageing_time default
+    uint32_t switch_max_macs = port::SwitchConfig::kDefaultMaxDevMacs;
+    uint32_t switch_flood_pps = port::SwitchConfig::kDefaultFloodPps;
+    uint32_t switch_flood_burst = port::SwitchConfig::kDefaultFloodBurst;
+    std::vector<std::string> switch_macs;  ///< the n-th for the n-th --vhost-user; "any": none
     std::string mode = "event";
     BackendKnobs backend;
     int backend_cpu = -1;
@@ -258,14 +262,22 @@ void run_serve(const ServeOptions& o) {
         port::SwitchConfig cfg;
         cfg.ageing = std::chrono::duration_cast<std::chrono::nanoseconds>(
             std::chrono::duration<double>(o.switch_ageing));
+        cfg.max_dev_macs = o.switch_max_macs;
+        cfg.flood_pps = o.switch_flood_pps;
+        cfg.flood_burst = o.switch_flood_burst;
         auto sw = port::L2Switch::create(std::move(cfg));
         if (!sw) throw std::runtime_error("switch: " + std::string(port::to_string(sw.error())));
         // Outlives every device: run() stops all the workers before any port goes.
         const std::unique_ptr<port::L2Switch> l2 = std::move(*sw);
-        run<port::SwitchPort>(o, [&](unsigned dev, uint16_t) {
+        run<port::SwitchPort>(o, [&](unsigned dev, uint16_t q) {
             auto p = port::SwitchPort::create(*l2, dev, max_frame);
             if (!p) {
                 throw std::runtime_error("switch port: " + std::string(port::to_string(p.error())));
+            }
+            uint64_t mac = 0;
+            if (q == 0 && dev < o.switch_macs.size() &&
+                checks::parse_unicast_mac(o.switch_macs[dev], mac)) {
+                l2->fix_mac(dev, mac);
             }
             return std::move(*p);
         });
@@ -319,6 +331,25 @@ void add_serve_command(CLI::App& app) {
         cmd->add_option("--switch-ageing", o->switch_ageing,
                         "seconds a learned MAC stays in --switch's table unseen")
             ->check(checks::Real(1.0, 1000000.0));
+    std::vector<CLI::Option*> switch_opts{
+        ageing,
+        cmd->add_option("--switch-max-macs", o->switch_max_macs,
+                        "MACs --switch learns per device at most (as the bridge's max_learned); "
+                        "past it a new source is forwarded, not learned")
+            ->check(Int<uint32_t>(1, port::SwitchConfig::kDefaultMaxEntries)),
+        cmd->add_option("--switch-flood-pps", o->switch_flood_pps,
+                        "storm control: broadcast, multicast and unknown-unicast frames per "
+                        "second each queue pair may flood (past it: dropped)")
+            ->check(Int<uint32_t>(0, port::SwitchConfig::kMaxFloodPps, "0: no limit")),
+        cmd->add_option("--switch-flood-burst", o->switch_flood_burst,
+                        "storm control: frames a queue pair may flood at once")
+            ->check(Int<uint32_t>(1, 65536)),
+        cmd->add_option("--switch-mac", o->switch_macs,
+                        "the only source MAC the n-th device may send from (the n-th "
+                        "--switch-mac for the n-th --vhost-user; any: no fixed MAC), as "
+                        "libvirt's no-mac-spoofing")
+            ->check(checks::UnicastMac("any")),
+    };
     CLI::Option* netns = cmd->add_option("--netns", o->netns, "existing namespace of the --tap")
                              ->check(checks::Netns());
     cmd->add_option("--mode", o->mode,
@@ -342,7 +373,7 @@ void add_serve_command(CLI::App& app) {
                     "offers")
         ->check(Int<uint16_t>(68, 9000));
 
-    cmd->callback([o, echo, macswap, gen_loop, tap, l2switch, ageing, netns, busyloop] {
+    cmd->callback([o, echo, macswap, gen_loop, tap, l2switch, switch_opts, netns, busyloop] {
         // Checks across options, before anything opens: CLI11's errors, so the same exit code.
         const std::size_t ports = echo->count() + macswap->count() + gen_loop->count() +
                                   tap->count() + l2switch->count();
@@ -354,8 +385,15 @@ void add_serve_command(CLI::App& app) {
         if (netns->count() != 0 && tap->count() == 0) {
             throw CLI::ValidationError("--netns", "applies to --tap only");
         }
-        if (ageing->count() != 0 && l2switch->count() == 0) {
-            throw CLI::ValidationError("--switch-ageing", "applies to --switch only");
+        for (const CLI::Option* so : switch_opts) {
+            if (so->count() != 0 && l2switch->count() == 0) {
+                throw CLI::ValidationError(so->get_name(), "applies to --switch only");
+            }
+        }
+        if (o->switch_macs.size() > o->sockets.size()) {
+            throw CLI::ValidationError("--switch-mac", "one per --vhost-user at most (" +
+                                                           std::to_string(o->switch_macs.size()) +
+                                                           " given)");
         }
         if (tap->count() != 0 && o->sockets.size() > 1) {
             throw CLI::ValidationError("--tap", "serves one device: give one --vhost-user");

@@ -84,7 +84,9 @@ CounterTable<vhost_user::SessionStats> session_counters() {
         CounterField<S>{"rx_pkts", [](const S& s) { return s.queue().stats.rx_pkts.get(); }},   \
         CounterField<S>{"rx_bytes", [](const S& s) { return s.queue().stats.rx_bytes.get(); }}, \
         CounterField<S>{"rx_drop_no_room",                                       \
-                        [](const S& s) { return s.queue().stats.rx_drop_no_room.get(); }}
+                        [](const S& s) { return s.queue().stats.rx_drop_no_room.get(); }}, \
+        CounterField<S>{"drop_session_end",                                      \
+                        [](const S& s) { return s.queue().stats.drop_session_end.get(); }}
 
 template <>
 CounterTable<port::MacswapPort> port_counters<port::MacswapPort>() {
@@ -148,6 +150,7 @@ CounterTable<port::TapPort> port_counters<port::TapPort>() {
         PVNET_COUNTER(S, rx_empty),
         PVNET_COUNTER(S, rx_drop_short),
         PVNET_COUNTER(S, rx_drop_truncated),
+        PVNET_COUNTER(S, rx_drop_no_session),
         PVNET_COUNTER(S, tx_drop_bad_len),
         PVNET_COUNTER(S, tx_retry),
         CounterField<S>{"rx_drops", [](const S& s) { return s.rx_drops(); }},
@@ -165,6 +168,7 @@ CounterTable<port::SwitchPort> port_counters<port::SwitchPort>() {
             PVNET_COUNTER(S, tx_flooded), PVNET_COUNTER(S, forwarded),
             PVNET_COUNTER(S, learned),    PVNET_COUNTER(S, moved),
             PVNET_COUNTER(S, aged),       PVNET_COUNTER(S, learn_table_full),
+            PVNET_COUNTER(S, learn_dev_limit), PVNET_COUNTER(S, forgotten),
             PVNET_QUEUE_COUNTERS(S),
         };
         for (std::size_t i = 0; i < static_cast<std::size_t>(port::SwitchDrop::Count); ++i) {

@@ -302,6 +302,7 @@ Status<DeviceError> NetDevice::start_locked(uint16_t i) noexcept {
     if (!is_tx) {
         p.rx_short_pending = 0;
         p.port_want_rx = true;
+        port_session(p, true);
     }
     sync_port_watch(p);
     // Chains may have been added while the ring was stopped: a running
@@ -400,6 +401,7 @@ void NetDevice::reset() noexcept {
         }
         p->port_dead = false;
         p->pending = 0;
+        port_session(*p, false);
     }
     ctrl_setup_ = VringSetup{};
     ctrl_configured_ = false;

@@ -100,4 +100,13 @@ uint32_t ReplyQueue::pop(std::span<const iovec> dst) noexcept {
     return len;
 }
 
+uint64_t ReplyQueue::drain() noexcept {
+    const uint64_t head = head_.load(std::memory_order_relaxed);
+    const uint64_t tail = tail_.load(std::memory_order_acquire);
+    // ORDER: release pairs with reserve()'s acquire of head_ (as pop()).
+    head_.store(tail, std::memory_order_release);
+    stats.drop_session_end.add(tail - head);
+    return tail - head;
+}
+
 }  // namespace pvnet::port

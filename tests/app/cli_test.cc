@@ -49,7 +49,7 @@ std::string required_args(const Bad& b) {
     if (b.command == "serve") {
         std::string s;
         if (b.option != "--vhost-user") s += " --vhost-user /tmp/pvcli-serve.sock";
-        if (b.option == "--switch-ageing") {
+        if (b.option.rfind("--switch-", 0) == 0) {
             s += " --switch";
         } else if (b.option != "--echo" && b.option != "--tap") {
             s += " --macswap";
@@ -129,6 +129,14 @@ const Bad kBad[] = {
     {"serve", "--mtu", "9001"},
     {"serve", "--switch-ageing", "0"},
     {"serve", "--switch-ageing", "1000001"},
+    {"serve", "--switch-max-macs", "0"},
+    {"serve", "--switch-max-macs", "4097"},
+    {"serve", "--switch-flood-pps", "100000001"},
+    {"serve", "--switch-flood-burst", "0"},
+    {"serve", "--switch-mac", "01:00:5e:00:00:01"},  // multicast
+    {"serve", "--switch-mac", "00:00:00:00:00:00"},
+    {"serve", "--switch-mac", "52:54:00:12:34"},
+    {"serve", "--switch-mac", "52-54-00-12-34-56"},
     // pvnet bench pvp
     {"bench pvp", "--frame-bytes", "10"},
     {"bench pvp", "--frame-bytes", "100000"},
@@ -213,6 +221,13 @@ TEST(Cli, ServeRefusesBadOptionCombinations) {
          "exactly one port kind"},
         {"serve --vhost-user /tmp/pvcli-s.sock --macswap --switch-ageing 10",
          "applies to --switch only"},
+        {"serve --vhost-user /tmp/pvcli-s.sock --macswap --switch-flood-pps 10",
+         "--switch-flood-pps: applies to --switch only"},
+        {"serve --vhost-user /tmp/pvcli-s.sock --macswap --switch-mac 52:54:00:12:34:56",
+         "--switch-mac: applies to --switch only"},
+        {"serve --vhost-user /tmp/pvcli-s.sock --switch --switch-mac any --switch-mac "
+         "52:54:00:12:34:56",
+         "--switch-mac: one per --vhost-user at most (2 given)"},
         {"serve --vhost-user /tmp/pvcli-s.sock --vhost-user /tmp/pvcli-t.sock --tap pvcli-t",
          "give one --vhost-user"},
         {"serve --vhost-user /tmp/pvcli-s.sock --vhost-user /tmp/pvcli-s.sock --macswap",

@@ -48,7 +48,8 @@ TEST(StatsTableTest, PortTablesNameTheirDrops) {
     EXPECT_EQ(m.at("drop_ip_bad_checksum"), 3u);
     EXPECT_EQ(m.at("drop_short"), 0u);
     EXPECT_EQ(m.size(), g.values.size());  // names distinct
-    EXPECT_EQ(m.size(), 8 + static_cast<std::size_t>(port::IcmpDrop::Count));
+    EXPECT_EQ(m.at("drop_session_end"), 0u);
+    EXPECT_EQ(m.size(), 3 + 6 + static_cast<std::size_t>(port::IcmpDrop::Count));
 }
 
 TEST(StatsTableTest, SwitchPortTableNamesItsCountersAndDrops) {
@@ -58,13 +59,17 @@ TEST(StatsTableTest, SwitchPortTableNamesItsCountersAndDrops) {
     ASSERT_TRUE(p.has_value());
     (*p)->drops.add(port::SwitchDrop::OwnDevice, 3);
     (*p)->learn_table_full.add(2);
+    (*p)->learn_dev_limit.add(4);
+    (*p)->drops.add(port::SwitchDrop::MacMove, 5);
     const CounterGroup g = read_counters("port", "port_", **p, port_counters<port::SwitchPort>());
     std::map<std::string, uint64_t> m(g.values.begin(), g.values.end());
     EXPECT_EQ(m.at("drop_own_device"), 3u);
     EXPECT_EQ(m.at("learn_table_full"), 2u);
+    EXPECT_EQ(m.at("learn_dev_limit"), 4u);
+    EXPECT_EQ(m.at("drop_mac_move"), 5u);
     EXPECT_EQ(m.at("drop_runt"), 0u);
     EXPECT_EQ(m.size(), g.values.size());  // names distinct
-    EXPECT_EQ(m.size(), 8 + 5 + static_cast<std::size_t>(port::SwitchDrop::Count));
+    EXPECT_EQ(m.size(), 10 + 6 + static_cast<std::size_t>(port::SwitchDrop::Count));
 }
 
 TEST(StatsTableTest, KvLinesAndJsonCarryTheSameCounters) {

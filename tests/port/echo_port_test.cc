@@ -33,10 +33,10 @@ uint32_t send(EchoPort& p, std::vector<std::byte>& buf) {
     return send_result(p, buf) == SendResult::Sent ? 1u : 0u;
 }
 
-/// requests = responses + drop_no_room + unanswered + pending().
+/// requests = responses + drop_no_room + unanswered + pending() + drop_session_end.
 void expect_accounted(const EchoPort& p) {
-    EXPECT_EQ(p.requests.get(),
-              p.responses.get() + p.drop_no_room.get() + p.unanswered.get() + p.pending());
+    EXPECT_EQ(p.requests.get(), p.responses.get() + p.drop_no_room.get() + p.unanswered.get() +
+                                    p.pending() + p.drop_session_end.get());
 }
 
 TEST(EchoPort, RespondsWithTheSameFlowAndSequence) {
@@ -169,6 +169,37 @@ TEST(EchoPort, AnswersEveryKthRequestOfAFlow) {
     EXPECT_EQ(answered, 4u);  // seqs 1 and 3 of each flow
     EXPECT_EQ((*p)->unanswered.get(), 6u);
     expect_accounted(**p);
+}
+
+// Issue 23, item 5: responses queued when a session ends are the departed
+// guest's; the next session gets none of them, and each flow counts anew.
+TEST(EchoPort, SessionEndDropsQueuedResponsesAndRestartsTheFlows) {
+    auto p = EchoPort::create(64, 1, 2);
+    ASSERT_TRUE(p.has_value());
+    EchoPort& port = **p;
+    for (uint64_t s = 0; s < 3; ++s) {  // the 2nd is answered, the 3rd waits for a 4th
+        auto r = request(0, s);
+        send(port, r);
+    }
+    ASSERT_EQ(port.pending(), 1u);
+    port.session_end();
+    EXPECT_FALSE(port.rx_pending());
+    EXPECT_EQ(port.drop_session_end.get(), 1u);
+    expect_accounted(port);
+    port.session_start();
+    auto r = request(0, 10);
+    send(port, r);
+    EXPECT_FALSE(port.rx_pending());  // the new session's first request: not answered
+    auto r2 = request(0, 11);
+    send(port, r2);
+    std::array<std::byte, 2048> rx{};
+    const iovec v{rx.data(), rx.size()};
+    ASSERT_EQ(port.recv(std::span<const iovec>(&v, 1)), kHdr + 64);
+    auto fmt = FrameFormat::create(64, 0);
+    ASSERT_TRUE(fmt.has_value());
+    FrameSink sink(*fmt, 11);
+    EXPECT_EQ(sink.check_frame(rx.data() + kHdr, 64), SinkResult::InOrder);
+    expect_accounted(port);
 }
 
 }  // namespace

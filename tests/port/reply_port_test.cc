@@ -1,7 +1,8 @@
 // MacswapPort and IcmpEchoPort on their shared ReplyQueue: the reply bytes
 // (ARP, ICMP echo with valid checksums, swapped MACs), every malformed
 // frame a counted drop of its reason, the queue's bound (Retry, nothing
-// counted as taken) and its eventfd.
+// counted as taken), its eventfd, and a session's end (nothing queued is
+// left for the next guest).
 #include <gtest/gtest.h>
 #include <poll.h>
 
@@ -298,6 +299,39 @@ TEST(ReplyQueueTest, RefusesBadSizes) {
     EXPECT_FALSE(ReplyQueue::create(1, 100).has_value());
     EXPECT_FALSE(ReplyQueue::create(4, 0).has_value());
     EXPECT_TRUE(ReplyQueue::create(4, 100).has_value());
+}
+
+// Issue 23, item 5: a reply queued for a guest whose session ended (an ARP
+// reply with no rx buffer posted) is dropped and counted, never handed to
+// the next session's guest.
+TEST(IcmpEchoPortTest, SessionEndDropsTheQueuedRepliesCounted) {
+    auto p = echo_port(4);
+    ASSERT_EQ(send(*p, arp_request(kAddr)), SendResult::Sent);
+    ASSERT_EQ(send(*p, echo_request(kAddr)), SendResult::Sent);
+    p->session_end();
+    EXPECT_FALSE(p->rx_pending());
+    EXPECT_EQ(recv(*p).size(), 0u);
+    EXPECT_EQ(p->queue().stats.drop_session_end.get(), 2u);
+    EXPECT_EQ(p->queue().stats.rx_pkts.get(), 0u);
+    p->session_start();
+    const Bytes req = echo_request(kAddr);
+    ASSERT_EQ(send(*p, req), SendResult::Sent);  // the slots are free again
+    EXPECT_EQ(recv(*p).size(), req.size());
+    EXPECT_FALSE(p->rx_pending());
+}
+
+TEST(MacswapPortTest, SessionEndDropsTheQueuedFramesCounted) {
+    auto p = MacswapPort::create(1518, 2);
+    ASSERT_TRUE(p.has_value());
+    const Bytes f = arp_request(kAddr);
+    ASSERT_EQ(send(**p, f), SendResult::Sent);
+    ASSERT_EQ(send(**p, f), SendResult::Sent);
+    EXPECT_EQ(send(**p, f), SendResult::Retry);  // full
+    (*p)->session_end();
+    EXPECT_FALSE((*p)->rx_pending());
+    EXPECT_EQ((*p)->queue().stats.drop_session_end.get(), 2u);
+    EXPECT_EQ(send(**p, f), SendResult::Sent);  // room again
+    EXPECT_EQ((*p)->queue().size(), 1u);
 }
 
 }  // namespace

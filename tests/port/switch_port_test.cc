@@ -2,7 +2,10 @@
 // multicast destinations, unicast once learned, moves, ageing (on an
 // injected clock), the bounded table, every drop reason, queue pairs
 // mapped modulo the destination's count, and two producer threads into one
-// port while its reader drains (every frame exactly once).
+// port while its reader drains (every frame exactly once). Then the
+// tenants (issue 23): a hostile guest against a victim guest for each
+// guard (no fresh MAC move, the per-device MAC limit, storm control, a
+// fixed MAC), and what a session's end leaves (nothing).
 #include "pvnet/port/switch_port.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -65,9 +69,11 @@ struct Bed {
     std::unique_ptr<L2Switch> sw;
     std::vector<std::vector<std::unique_ptr<SwitchPort>>> ports;
 
-    explicit Bed(std::vector<uint32_t> pairs, uint32_t max_entries = 4096, uint32_t slots = 16) {
+    explicit Bed(std::vector<uint32_t> pairs, uint32_t max_entries = 4096, uint32_t slots = 16,
+                 const std::function<void(SwitchConfig&)>& tune = {}) {
         SwitchConfig cfg;
         cfg.max_entries = max_entries;
+        if (tune) tune(cfg);
         cfg.now = [c = clock] { return std::chrono::nanoseconds(c->load()); };
         auto s = L2Switch::create(std::move(cfg));
         EXPECT_TRUE(s);
@@ -129,12 +135,17 @@ TEST(SwitchPort, LearnedDestinationGetsUnicast) {
     EXPECT_FALSE(bed.at(2).rx_pending());
 }
 
-TEST(SwitchPort, MacMovesToTheDeviceItLastSentFrom) {
+TEST(SwitchPort, MacMovesToAnotherDeviceOnlyOnceAgedOut) {
     Bed bed({1, 1, 1});
     ASSERT_EQ(send(bed.at(1), frame(kBroadcast, kB)), SendResult::Sent);
+    EXPECT_EQ(send(bed.at(2), frame(kBroadcast, kB)), SendResult::Dropped);  // fresh on dev 1
+    EXPECT_EQ(bed.at(2).drops.get(SwitchDrop::MacMove), 1u);
+    bed.advance(SwitchConfig::kDefaultAgeing + 1ns);
     ASSERT_EQ(send(bed.at(2), frame(kBroadcast, kB)), SendResult::Sent);  // kB moved to dev 2
     EXPECT_EQ(bed.at(2).moved.get(), 1u);
-    EXPECT_EQ(bed.at(2).learned.get(), 0u);
+    EXPECT_EQ(bed.at(2).learned.get(), 1u);
+    EXPECT_EQ(bed.sw->size(1), 0u);
+    EXPECT_EQ(bed.sw->size(2), 1u);
     for (uint32_t d = 0; d < 3; ++d) {
         while (bed.at(d).rx_pending()) (void)recv(bed.at(d));
     }
@@ -358,6 +369,225 @@ TEST(SwitchPort, TwoProducersIntoOnePortDeliverEveryFrameOnce) {
     EXPECT_EQ(bed.at(0).forwarded.get() + bed.at(1).forwarded.get(), 2u * kPerSender);
     EXPECT_EQ(dst.queue().stats.retry_full.get(), bed.at(0).drops.get(SwitchDrop::QueueFull) +
                                                       bed.at(1).drops.get(SwitchDrop::QueueFull));
+}
+
+// ---- tenants ----------------------------------------------------------------
+
+void drain_all(Bed& bed) {
+    for (auto& dev : bed.ports) {
+        for (auto& p : dev) {
+            while (p->rx_pending()) (void)recv(*p);
+        }
+    }
+}
+
+Mac sprayed(uint32_t i) {
+    return Mac{0x52, 0x54, 0xee, static_cast<uint8_t>(i >> 16), static_cast<uint8_t>(i >> 8),
+               static_cast<uint8_t>(i)};
+}
+
+// Issue 23's three guests: B sends broadcasts with A's MAC as source; C's
+// unicast to that MAC must still reach A, and none of it B.
+TEST(SwitchTenants, HostileGuestCannotTakeOverAFreshMac) {
+    Bed bed({1, 1, 1});
+    SwitchPort &a = bed.at(0), &b = bed.at(1), &c = bed.at(2);
+    ASSERT_EQ(send(a, frame(kBroadcast, kA)), SendResult::Sent);
+    drain_all(bed);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(send(b, frame(kBroadcast, kA)), SendResult::Dropped);
+    EXPECT_EQ(b.drops.get(SwitchDrop::MacMove), 3u);
+    EXPECT_EQ(b.forwarded.get(), 0u);  // the spoofed broadcasts went nowhere
+    EXPECT_EQ(b.learned.get(), 0u);
+    for (uint8_t i = 0; i < 5; ++i) {
+        const Bytes f = frame(kA, kC, 46, i);
+        ASSERT_EQ(send(c, f), SendResult::Sent);
+        EXPECT_EQ(recv(a), delivered(f));
+    }
+    EXPECT_EQ(c.tx_unicast.get(), 5u);
+    EXPECT_FALSE(b.rx_pending());
+    EXPECT_EQ(b.queue().stats.queued.get(), 1u);  // C's first frame taught kC by a flood; no more
+    EXPECT_EQ(bed.sw->size(0), 1u);
+    EXPECT_EQ(bed.sw->size(1), 0u);
+}
+
+// A spray of 4096 source MACs: the attacker's learning stops at its
+// device's limit, the table keeps room, a victim that shows up afterwards
+// is learned and its unicast reaches it alone (not flooded to the attacker).
+TEST(SwitchTenants, MacSprayStopsAtTheDeviceLimitAndVictimsStayReachable) {
+    constexpr uint32_t kLimit = 16, kSpray = 4096;
+    Bed bed({1, 1, 1, 1}, /*max_entries=*/64, /*slots=*/16,
+            [](SwitchConfig& c) { c.max_dev_macs = kLimit; });
+    SwitchPort &a = bed.at(0), &attacker = bed.at(1), &c = bed.at(2), &late = bed.at(3);
+    ASSERT_EQ(send(a, frame(kBroadcast, kA)), SendResult::Sent);
+    drain_all(bed);
+    // Each sprayed frame goes to the attacker's own first MAC: learned, then an own-device drop.
+    for (uint32_t i = 0; i < kSpray; ++i) (void)send(attacker, frame(sprayed(0), sprayed(i)));
+    EXPECT_EQ(attacker.learned.get(), kLimit);
+    EXPECT_EQ(attacker.learn_dev_limit.get(), kSpray - kLimit);
+    EXPECT_EQ(attacker.learn_table_full.get(), 0u);
+    EXPECT_EQ(bed.sw->size(1), kLimit);
+    drain_all(bed);
+    ASSERT_EQ(send(late, frame(kBroadcast, kB)), SendResult::Sent);  // a victim arrives late
+    EXPECT_EQ(late.learned.get(), 1u);
+    drain_all(bed);
+    for (const auto& [victim, mac] : {std::pair{&a, kA}, std::pair{&late, kB}}) {
+        const Bytes f = frame(mac, kC);
+        ASSERT_EQ(send(c, f), SendResult::Sent);
+        EXPECT_EQ(recv(*victim), delivered(f));
+        drain_all(bed);  // the first one floods once, to teach kC
+    }
+    EXPECT_EQ(c.tx_unicast.get(), 2u);
+    EXPECT_EQ(attacker.queue().stats.queued.get(), 2u);  // A's and B's broadcasts only
+}
+
+// A broadcast storm: the attacker's flood budget (burst 128 at once, then
+// 10000/s) keeps the victim's 256-slot queue from filling, so the victim's
+// own traffic still gets in.
+TEST(SwitchTenants, BroadcastStormIsCutAtTheFloodBudget) {
+    constexpr uint32_t kStorm = 1000, kBurst = SwitchConfig::kDefaultFloodBurst;
+    Bed bed({1, 1, 1}, 4096, /*slots=*/256);
+    SwitchPort &victim = bed.at(0), &attacker = bed.at(1), &c = bed.at(2);
+    ASSERT_EQ(send(victim, frame(kBroadcast, kA)), SendResult::Sent);
+    drain_all(bed);
+    for (uint32_t i = 0; i < kStorm; ++i) (void)send(attacker, frame(kBroadcast, kB));
+    EXPECT_EQ(attacker.tx_flooded.get(), kBurst);
+    EXPECT_EQ(attacker.drops.get(SwitchDrop::Storm), kStorm - kBurst);
+    EXPECT_EQ(victim.queue().size(), kBurst);
+    EXPECT_EQ(attacker.drops.get(SwitchDrop::QueueFull), 0u);
+    const Bytes f = frame(kA, kC);
+    ASSERT_EQ(send(c, f), SendResult::Sent);  // unicast to the victim: room left
+    EXPECT_EQ(c.drops.get(SwitchDrop::QueueFull), 0u);
+    EXPECT_EQ(victim.queue().size(), kBurst + 1);
+    // Another second: 10000 more allowed, capped at the burst again.
+    bed.advance(1s);
+    for (uint32_t i = 0; i < kStorm; ++i) (void)send(attacker, frame(kBroadcast, kB));
+    EXPECT_EQ(attacker.tx_flooded.get(), 2 * kBurst);
+    // Unicast to a learned MAC spends no budget.
+    for (uint32_t i = 0; i < kStorm; ++i) {
+        ASSERT_EQ(send(attacker, frame(kC, kB)), SendResult::Sent);
+        (void)recv(c);
+    }
+    EXPECT_EQ(attacker.tx_unicast.get(), kStorm);
+}
+
+TEST(SwitchTenants, StormBudgetRefillsAtItsRate) {
+    Bed bed({1, 1}, 4096, /*slots=*/256, [](SwitchConfig& c) {
+        c.flood_pps = 1000;  // one per ms
+        c.flood_burst = 2;
+    });
+    SwitchPort& p = bed.at(0);
+    for (int i = 0; i < 3; ++i) (void)send(p, frame(kBroadcast, kA));
+    EXPECT_EQ(p.tx_flooded.get(), 2u);
+    bed.advance(999us);
+    EXPECT_EQ(send(p, frame(kBroadcast, kA)), SendResult::Dropped);
+    bed.advance(1us);
+    EXPECT_EQ(send(p, frame(kBroadcast, kA)), SendResult::Sent);
+    EXPECT_EQ(p.drops.get(SwitchDrop::Storm), 2u);
+}
+
+// A device with a fixed MAC sends nothing else: the spoofed frames are
+// dropped before learning, so nothing else is ever learned for it.
+TEST(SwitchTenants, FixedMacDropsEveryOtherSource) {
+    Bed bed({1, 1, 1});
+    auto mac = [](const Mac& m) {
+        L2Switch::Mac v = 0;
+        for (const uint8_t b : m) v = (v << 8) | b;
+        return v;
+    };
+    bed.sw->fix_mac(1, mac(kB));
+    SwitchPort &a = bed.at(0), &b = bed.at(1);
+    ASSERT_EQ(send(a, frame(kBroadcast, kA)), SendResult::Sent);
+    drain_all(bed);
+    for (const Mac& src : {kA, kC, sprayed(1)}) {
+        EXPECT_EQ(send(b, frame(kBroadcast, src)), SendResult::Dropped);
+    }
+    EXPECT_EQ(b.drops.get(SwitchDrop::Spoofed), 3u);
+    EXPECT_EQ(b.forwarded.get(), 0u);
+    EXPECT_EQ(bed.sw->size(1), 0u);
+    ASSERT_EQ(send(b, frame(kA, kB)), SendResult::Sent);  // its own MAC passes
+    EXPECT_EQ(bed.sw->size(1), 1u);
+    EXPECT_TRUE(a.rx_pending());
+    EXPECT_EQ(bed.sw->fixed_mac(0), 0u);
+    EXPECT_EQ(send(a, frame(kBroadcast, kC)), SendResult::Sent);  // dev 0 has none: any source
+}
+
+// Issue 23, item 5: a session's end leaves the next guest on that device
+// nothing: the queue is drained (counted), the device's MACs forgotten, and
+// until its next session no copy is queued for it.
+TEST(SwitchTenants, SessionEndDrainsTheQueueForgetsTheMacsAndTakesThePortDown) {
+    Bed bed({1, 1, 1});
+    SwitchPort &a = bed.at(0), &gone = bed.at(1), &c = bed.at(2);
+    ASSERT_EQ(send(gone, frame(kBroadcast, kB)), SendResult::Sent);  // kB on dev 1
+    drain_all(bed);
+    ASSERT_EQ(send(a, frame(kB, kA)), SendResult::Sent);  // queued for dev 1's guest
+    ASSERT_EQ(send(c, frame(kBroadcast, kC)), SendResult::Sent);
+    ASSERT_EQ(gone.queue().size(), 2u);
+    gone.session_end();
+    EXPECT_FALSE(gone.up());
+    EXPECT_EQ(gone.queue().stats.drop_session_end.get(), 2u);
+    EXPECT_FALSE(gone.rx_pending());
+    EXPECT_EQ(gone.forgotten.get(), 1u);
+    EXPECT_EQ(bed.sw->size(1), 0u);
+    drain_all(bed);
+    // kB is unknown now: a flood, which skips the port that is down.
+    ASSERT_EQ(send(a, frame(kB, kA)), SendResult::Sent);
+    EXPECT_EQ(a.tx_flooded.get(), 1u);  // the first went to kB as unicast
+    EXPECT_TRUE(c.rx_pending());
+    EXPECT_FALSE(gone.rx_pending());
+    EXPECT_EQ(a.drops.total(), 0u);
+    // The departed guest's MAC may be taken at once, by anyone.
+    drain_all(bed);
+    ASSERT_EQ(send(c, frame(kBroadcast, kB)), SendResult::Sent);
+    EXPECT_EQ(c.drops.get(SwitchDrop::MacMove), 0u);
+    EXPECT_EQ(bed.sw->size(2), 2u);
+    // The next session: traffic is queued for it again, and only new traffic.
+    gone.session_start();
+    EXPECT_TRUE(gone.up());
+    EXPECT_FALSE(gone.rx_pending());
+    const Bytes f = frame(kBroadcast, kA, 46, 9);
+    ASSERT_EQ(send(a, f), SendResult::Sent);
+    EXPECT_EQ(recv(gone), delivered(f));
+}
+
+// Unicast to a device whose port is down (an entry learned in the moment
+// its session ended) is a counted drop, not a copy kept for the next guest.
+TEST(SwitchTenants, UnicastToADownPortIsACountedDrop) {
+    Bed bed({1, 1});
+    bed.at(1).session_end();
+    ASSERT_EQ(send(bed.at(1), frame(kBroadcast, kB)), SendResult::Sent);  // learned while down
+    EXPECT_EQ(send(bed.at(0), frame(kB, kA)), SendResult::Sent);
+    EXPECT_EQ(bed.at(0).drops.get(SwitchDrop::PortDown), 1u);
+    EXPECT_EQ(bed.at(0).forwarded.get(), 0u);
+    EXPECT_FALSE(bed.at(1).rx_pending());
+}
+
+TEST(SwitchTenants, ForgetKeepsOtherDevicesEntriesFindable) {
+    // Devices' entries interleaved in the runs: forgetting one device's
+    // must leave every other entry reachable (the backward shift).
+    Bed bed({1, 1, 1}, /*max_entries=*/64, /*slots=*/256,
+            [](SwitchConfig& c) { c.flood_pps = 0; });
+    for (uint32_t i = 0; i < 60; ++i) {
+        ASSERT_EQ(send(bed.at(i % 2), frame(kBroadcast, sprayed(i))), SendResult::Sent);
+    }
+    drain_all(bed);
+    bed.at(0).session_end();
+    EXPECT_EQ(bed.at(0).forgotten.get(), 30u);
+    EXPECT_EQ(bed.sw->size(), 30u);
+    for (uint32_t i = 1; i < 60; i += 2) {
+        ASSERT_EQ(send(bed.at(2), frame(sprayed(i), kC)), SendResult::Sent);
+    }
+    EXPECT_EQ(bed.at(2).tx_unicast.get(), 30u);  // every one of dev 1's still found
+    EXPECT_EQ(bed.at(2).tx_flooded.get(), 0u);
+}
+
+TEST(SwitchTenants, ConfigIsCheckedAtCreate) {
+    for (const auto& tune : std::vector<std::function<void(SwitchConfig&)>>{
+             [](SwitchConfig& c) { c.max_dev_macs = 0; },
+             [](SwitchConfig& c) { c.flood_burst = 0; },
+             [](SwitchConfig& c) { c.flood_pps = SwitchConfig::kMaxFloodPps + 1; }}) {
+        SwitchConfig cfg;
+        tune(cfg);
+        EXPECT_FALSE(L2Switch::create(std::move(cfg)));
+    }
 }
 
 }  // namespace

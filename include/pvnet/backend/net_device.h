@@ -227,7 +227,9 @@ public:
     /// vring. Every vring must be stopped; on error nothing is started.
     Status<DeviceError> configure(const DeviceSetup& s) noexcept;
     /// Stops every vring and forgets features, memory, setups, breakage and
-    /// the guest's steering (every pair in use, no RSS).
+    /// the guest's steering (every pair in use, no RSS). The session is over:
+    /// each port drops what it holds for the guest (port::HasSession), so the
+    /// next session, perhaps another guest's, starts from nothing.
     void reset() noexcept;
 
     /// Queries from any thread (under the workers' mutexes, between rounds).
@@ -368,6 +370,9 @@ protected:
     virtual bool port_rx_pending(Pair& p) noexcept = 0;
     /// Hands the negotiated features to every port (port::HasGuestFeatures).
     virtual bool apply_port_features(uint64_t features) noexcept = 0;
+    /// A session starts on the pair's port (its rx vring started) or ends
+    /// (reset): port::HasSession. Called under every worker's mutex.
+    virtual void port_session(Pair& p, bool start) noexcept = 0;
 
     // ---- helpers of the packet loops ---------------------------------------
 

@@ -60,6 +60,15 @@ private:
         }
         return true;
     }
+    void port_session(Pair& p, bool start) noexcept override {
+        if constexpr (port::HasSession<P>) {
+            if (start) {
+                ports_[p.index]->session_start();
+            } else {
+                ports_[p.index]->session_end();
+            }
+        }
+    }
     /// One mergeable packet: gather, recv, num_buffers, used entries.
     /// Ok: `bytes` written (0: dropped) in `used` entries staged; Empty:
     /// `given_back` chains were too few for a packet of known length (0:
@@ -88,6 +97,10 @@ Result<std::unique_ptr<VhostNet<P>>, DeviceError> VhostNet<P>::create(
     }
     d->ports_.assign(ports.begin(), ports.end());
     if (auto st = d->init(fds, max_frames); !st) return unexpected(st.error());
+    // No session yet: a port takes traffic for the guest once its rx vring starts.
+    if constexpr (port::HasSession<P>) {
+        for (P* port : d->ports_) port->session_end();
+    }
     return d;
 }
 

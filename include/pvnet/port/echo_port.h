@@ -10,13 +10,15 @@
 //
 // Accounting: every send() is a request taken (requests), a bad one
 // dropped (drop_bad_request) or a Retry (retry_queue_full, nothing else
-// counted). requests = responses + drop_no_room + unanswered + pending().
+// counted). requests = responses + drop_no_room + unanswered + pending() +
+// drop_session_end.
 //
 // Port contract: include/pvnet/port/port.h (Port, HasPeekLen, HasMaxFrame).
 #pragma once
 
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -94,6 +96,15 @@ public:
         return n + kHdrBytes;
     }
 
+    /// HasSession: responses still queued at a session's end are dropped
+    /// (drop_session_end) and each flow's count starts again.
+    void session_start() noexcept {}
+    void session_end() noexcept {
+        drop_session_end.add(tail_ - head_);
+        head_ = tail_;
+        std::fill(seen_.begin(), seen_.end(), 0);
+    }
+
     /// Takes a request (hdr + frame, in src's first piece) and queues its
     /// response: Sent; Dropped (drop_bad_request); Retry when the response
     /// queue is full (retry_queue_full, and nothing else done or counted).
@@ -136,6 +147,7 @@ public:
     Counter retry_queue_full;  ///< send() found the response queue full: Retry
     Counter drop_no_room;      ///< a response did not fit recv()'s first piece
     Counter unanswered;        ///< requests answer_every left without a response
+    Counter drop_session_end;  ///< responses still queued when the session ended
 
 private:
     EchoPort() = default;
@@ -159,6 +171,7 @@ private:
     uint64_t head_ = 0, tail_ = 0;
 };
 
-static_assert(Port<EchoPort> && HasPeekLen<EchoPort> && HasMaxFrame<EchoPort>);
+static_assert(Port<EchoPort> && HasPeekLen<EchoPort> && HasMaxFrame<EchoPort> &&
+              HasSession<EchoPort>);
 
 }  // namespace pvnet::port

@@ -68,6 +68,11 @@ public:
     SendResult send(std::span<const iovec> src, uint32_t len) noexcept;
     int rx_fd() const noexcept { return q_->rx_fd(); }
     uint32_t max_frame_bytes() const noexcept { return max_frame_; }
+    /// HasSession: replies still queued at a session's end are the departed
+    /// guest's; they are dropped (queue().stats.drop_session_end), never
+    /// handed to the next one.
+    void session_start() noexcept {}
+    void session_end() noexcept { (void)q_->drain(); }
 
     const ReplyQueue& queue() const noexcept { return *q_; }
 
@@ -91,6 +96,6 @@ private:
 };
 
 static_assert(Port<IcmpEchoPort> && HasRxFd<IcmpEchoPort> && HasPeekLen<IcmpEchoPort> &&
-              HasMaxFrame<IcmpEchoPort>);
+              HasMaxFrame<IcmpEchoPort> && HasSession<IcmpEchoPort>);
 
 }  // namespace pvnet::port

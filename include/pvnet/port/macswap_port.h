@@ -6,8 +6,8 @@
 //
 // Accounting: every send() is taken (tx_pkts: queued, or dropped with a
 // reason) or a Retry (queue full, queue().stats.retry_full); every queued
-// frame is delivered (queue().stats.rx_pkts) or dropped at recv()
-// (rx_drop_no_room). Port contract: include/pvnet/port/port.h.
+// frame is delivered (queue().stats.rx_pkts), dropped at recv()
+// (rx_drop_no_room) or at the session's end (drop_session_end). Port contract: include/pvnet/port/port.h.
 #pragma once
 
 #include <sys/uio.h>
@@ -39,6 +39,11 @@ public:
     SendResult send(std::span<const iovec> src, uint32_t len) noexcept;
     int rx_fd() const noexcept { return q_->rx_fd(); }
     uint32_t max_frame_bytes() const noexcept { return max_frame_; }
+    /// HasSession: replies still queued at a session's end are the departed
+    /// guest's; they are dropped (queue().stats.drop_session_end), never
+    /// handed to the next one.
+    void session_start() noexcept {}
+    void session_end() noexcept { (void)q_->drain(); }
 
     const ReplyQueue& queue() const noexcept { return *q_; }
 
@@ -54,6 +59,6 @@ private:
 };
 
 static_assert(Port<MacswapPort> && HasRxFd<MacswapPort> && HasPeekLen<MacswapPort> &&
-              HasMaxFrame<MacswapPort>);
+              HasMaxFrame<MacswapPort> && HasSession<MacswapPort>);
 
 }  // namespace pvnet::port

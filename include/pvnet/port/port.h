@@ -79,4 +79,17 @@ concept HasGuestFeatures = requires(P& p, uint64_t features) {
     { p.set_guest_features(features) } noexcept -> std::same_as<bool>;
 };
 
+/// Optional: told where the guest's sessions begin and end, so that one
+/// session leaves nothing to the next guest on the same device (another
+/// tenant, on a vhost-user socket). session_end() (NetDevice::reset: a
+/// disconnect, RESET_OWNER; every vring stopped, no recv() or send() running)
+/// drops whatever the port holds for the guest, each frame counted as a drop,
+/// and forgets what it learned of it; session_start() (an rx vring started)
+/// lets traffic to the guest be queued again. Both may come more than once.
+template <typename P>
+concept HasSession = requires(P& p) {
+    { p.session_start() } noexcept -> std::same_as<void>;
+    { p.session_end() } noexcept -> std::same_as<void>;
+};
+
 }  // namespace pvnet::port

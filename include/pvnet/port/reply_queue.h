@@ -31,6 +31,7 @@ struct ReplyQueueStats {
     Counter rx_pkts;          ///< frames handed to recv()'s buffers
     Counter rx_bytes;         ///< hdr + frame bytes of those
     Counter rx_drop_no_room;  ///< recv()'s buffers shorter than the frame
+    Counter drop_session_end;  ///< still queued when the guest's session ended (drain())
 };
 
 class ReplyQueue {
@@ -60,6 +61,9 @@ public:
     /// Copies the oldest frame into dst and frees its slot: its length, or 0
     /// if none waits or it does not fit (then dropped, rx_drop_no_room).
     uint32_t pop(std::span<const iovec> dst) noexcept;
+    /// Drops every queued frame (drop_session_end): the consumer's call.
+    /// Returns how many.
+    uint64_t drain() noexcept;
     /// Frames queued and not yet popped.
     uint64_t size() const noexcept {
         return tail_.load(std::memory_order_acquire) - head_.load(std::memory_order_acquire);

@@ -18,12 +18,39 @@
 // is a counted drop, not a Retry (a Retry would also repeat the copies a
 // flood already queued elsewhere).
 //
+// Tenants. Each device is a guest that may be hostile to the others, so the
+// switch holds each to what Linux's bridge and OVS users configure:
+//   - no MAC move while fresh: a source MAC learned on another device and
+//     seen there within the ageing time is refused (the frame dropped,
+//     mac_move), as a bridge port's `sticky` fdb entries and port security
+//     refuse it; Linux's default and OVS move at once, which lets any guest
+//     take another's traffic with one frame. An entry that aged out, or whose
+//     device's session ended (forgotten), may be learned anywhere.
+//   - a limit of learned MACs per device (SwitchConfig::max_dev_macs, as
+//     the bridge's max_learned): past it nothing new is learned
+//     (learn_dev_limit) and the frame is still forwarded; other devices'
+//     entries are never evicted for it.
+//   - an optional fixed MAC per device (L2Switch::fix_mac, as libvirt's
+//     no-mac-spoofing): a frame with another source is dropped
+//     (spoofed_source), so nothing else is ever learned for that device.
+//   - storm control per port: broadcast, multicast and unknown unicast (each
+//     a flood) spend a token bucket of SwitchConfig::flood_pps frames/s and
+//     flood_burst frames; past it the frame is dropped (storm).
+// A session's end (session_end(), from the device's reset) forgets the
+// device's learned MACs, drops what its port still queued and takes the
+// port down: floods skip it and unicast to it is dropped (port_down) until
+// the next session starts its rx vring (session_start()).
+//
 // Accounting, on the sender's port (only its worker writes them):
 //   tx_pkts = tx_unicast + tx_flooded + drops other than queue_full;
-//   every copy (1 per unicast, devices-1 per flood) is forwarded or a
-//   queue_full drop. On the receiver's port: queue().stats (queued, rx_pkts,
-//   rx_drop_no_room; retry_full there counts the copies producers found no
-//   room for, each also a queue_full drop at its sender).
+//   every copy (1 per unicast, one per other device whose port is up for a
+//   flood) is forwarded or a queue_full drop. On the receiver's port:
+//   queue().stats (queued, rx_pkts, rx_drop_no_room, drop_session_end;
+//   retry_full there counts the copies producers found no room for, each
+//   also a queue_full drop at its sender). Every counter runs for the
+//   process's life, across sessions, as a Linux interface's do across a
+//   link flap; what is per session is state: the learned MACs, the queue,
+//   the link.
 // Port contract: include/pvnet/port/port.h.
 #pragma once
 
@@ -54,6 +81,10 @@ enum class SwitchDrop : uint8_t {
     BadSource,  ///< multicast or all-zero source MAC (never learned, as br_handle_frame)
     OwnDevice,  ///< destination learned on the sender's own device
     QueueFull,  ///< one copy: the destination's queue had no free slot
+    MacMove,    ///< source MAC fresh on another device: refused, not moved
+    Spoofed,    ///< source is not the sender's device's fixed MAC
+    Storm,      ///< a flood past the port's storm-control budget
+    PortDown,   ///< unicast to a device with no session
     Count
 };
 
@@ -64,9 +95,23 @@ struct SwitchConfig {
     /// Linux's bridge default ageing_time.
     static constexpr std::chrono::nanoseconds kDefaultAgeing = std::chrono::seconds(300);
 
+    /// A guest with a bridge or containers inside has a few dozen MACs; a
+    /// spray is stopped here, long before it fills the table.
+    static constexpr uint32_t kDefaultMaxDevMacs = 256;
+    /// Storm control: far above a guest's ARP/ND/DHCP/mDNS and the first
+    /// frames to a MAC not yet learned, far below what a spinning guest sends;
+    /// the burst is half a port's default queue, so a storm never fills it.
+    static constexpr uint32_t kDefaultFloodPps = 10000;
+    static constexpr uint32_t kDefaultFloodBurst = 128;
+    static constexpr uint32_t kMaxFloodPps = 100'000'000;
+
     uint32_t max_entries = kDefaultMaxEntries;         ///< learned MACs at most (1..1 << 20)
     std::chrono::nanoseconds ageing = kDefaultAgeing;  ///< an entry older than this is not used
-    /// Monotonic time; empty: std::chrono::steady_clock. Tests inject one.
+    uint32_t max_dev_macs = kDefaultMaxDevMacs;  ///< learned MACs per device (1..; max_entries caps it)
+    uint32_t flood_pps = kDefaultFloodPps;       ///< per port (0: no storm control; ..kMaxFloodPps)
+    uint32_t flood_burst = kDefaultFloodBurst;   ///< per port, frames (1..1 << 20)
+    /// Monotonic time; empty: CLOCK_MONOTONIC_COARSE (a vDSO read, no
+    /// syscall; its tick is ample for ageing and storm control). Tests inject one.
     std::function<std::chrono::nanoseconds()> now;
 };
 
@@ -75,8 +120,10 @@ struct SwitchDecision {
     static constexpr uint32_t kFlood = UINT32_MAX;
     uint32_t dst_dev = kFlood;  ///< the destination's device, or kFlood
     bool learned = false;       ///< the source MAC was added
-    bool moved = false;         ///< the source MAC moved here from another device
+    bool moved = false;         ///< the source MAC was stale on another device (removed there)
     bool table_full = false;    ///< the source MAC was new and found no room
+    bool dev_limit = false;     ///< the source MAC was new and its device at max_dev_macs
+    bool move_refused = false;  ///< the source MAC is fresh on another device: drop the frame
     uint32_t aged = 0;          ///< entries removed for being older than the ageing time
 };
 
@@ -93,8 +140,18 @@ public:
     /// port outlives every other port's last send().
     void attach(uint32_t dev, SwitchPort& p);
 
-    /// Learns `src` on `dev` and looks `dst` up (SwitchPort::send's step).
-    SwitchDecision forward(uint32_t dev, Mac src, Mac dst) noexcept;
+    /// Setup only (before any send()): frames of `dev` must have source `mac`.
+    void fix_mac(uint32_t dev, Mac mac);
+    /// The fixed source MAC of `dev`, 0 if none.
+    Mac fixed_mac(uint32_t dev) const noexcept { return fixed_[dev]; }
+
+    /// Learns `src` on `dev` and looks `dst` up (SwitchPort::send's step) at time `now`.
+    SwitchDecision forward(uint32_t dev, Mac src, Mac dst, int64_t now) noexcept;
+    /// Removes every entry learned on `dev` (its session ended); how many.
+    uint32_t forget(uint32_t dev) noexcept;
+    /// The switch's clock (SwitchConfig::now), in nanoseconds.
+    int64_t now_ns() const noexcept;
+    const SwitchConfig& config() const noexcept { return cfg_; }
 
     /// Device numbers below this may have ports.
     uint32_t devices() const noexcept { return static_cast<uint32_t>(ports_.size()); }
@@ -104,8 +161,9 @@ public:
     SwitchPort& port(uint32_t dev, uint32_t q) const noexcept {
         return *ports_[dev][q % ports_[dev].size()];
     }
-    /// Learned entries, fresh or not yet removed.
+    /// Learned entries, fresh or not yet removed (all, or `dev`'s).
     uint32_t size() const;
+    uint32_t size(uint32_t dev) const;
 
 private:
     struct Entry {
@@ -116,7 +174,7 @@ private:
     static constexpr uint64_t kUsed = uint64_t{1} << 63;
 
     L2Switch(SwitchConfig cfg, std::vector<Entry> slots, uint64_t seed) noexcept;
-    int64_t now_ns() const noexcept;
+    void insert(uint64_t key, uint32_t dev, int64_t now) noexcept;
     std::size_t home(uint64_t key) const noexcept;
     Entry* find(uint64_t key) noexcept;
     void erase(Entry* e) noexcept;
@@ -135,7 +193,9 @@ private:
     unsigned shift_;
     uint32_t used_ = 0;
     int64_t last_sweep_ns_;
+    std::vector<uint32_t> dev_used_;  ///< entries per device (under mu_)
     std::vector<std::vector<SwitchPort*>> ports_;  ///< [dev][q]; fixed after setup
+    std::vector<Mac> fixed_;                       ///< [dev]; fixed after setup
 };
 
 class SwitchPort {
@@ -158,6 +218,14 @@ public:
     SendResult send(std::span<const iovec> src, uint32_t len) noexcept;
     int rx_fd() const noexcept { return q_->rx_fd(); }
     uint32_t max_frame_bytes() const noexcept { return max_frame_; }
+    /// The device's session started its rx vring: copies are queued here again.
+    void session_start() noexcept;
+    /// The device's session ended (port contract, HasSession): the port
+    /// goes down, what it queued is dropped (queue().stats.drop_session_end)
+    /// and the device's learned MACs are forgotten. The caller is the
+    /// port's reader (no recv() runs meanwhile).
+    void session_end() noexcept;
+    bool up() const noexcept;
 
     uint32_t dev() const noexcept { return dev_; }
     uint32_t queue_index() const noexcept { return q_index_; }
@@ -168,29 +236,41 @@ public:
     Counter tx_flooded;        ///< unknown, broadcast or multicast destination: every other device
     Counter forwarded;         ///< copies queued at a destination
     Counter learned;           ///< source MACs this port's frames added to the table
-    Counter moved;             ///< source MACs that moved to this port's device
+    Counter moved;             ///< source MACs learned here that had aged out on another device
     Counter aged;              ///< stale entries its frames met (removed, or re-learned fresh)
     Counter learn_table_full;  ///< new source MACs not learned: the table was full
+    Counter learn_dev_limit;   ///< new source MACs not learned: the device had max_dev_macs
+    Counter forgotten;         ///< entries of this device forgotten at a session's end
     CounterArray<SwitchDrop> drops;
 
 private:
     SwitchPort(L2Switch& sw, uint32_t dev, std::unique_ptr<ReplyQueue> q,
-               uint32_t max_frame) noexcept
-        : sw_(sw), dev_(dev), q_(std::move(q)), max_frame_(max_frame) {}
+               uint32_t max_frame) noexcept;
     friend class L2Switch;  // sets q_index_ at attach()
-    /// Queues one copy (any thread): false when no slot is free.
-    bool enqueue(std::span<const iovec> src, uint32_t frame_len) noexcept;
-    void deliver(SwitchPort& to, std::span<const iovec> src, uint32_t frame_len) noexcept;
+    enum class Enqueued : uint8_t { Queued, Full, Down };
+    /// Queues one copy (any thread).
+    Enqueued enqueue(std::span<const iovec> src, uint32_t frame_len) noexcept;
+    void deliver(SwitchPort& to, std::span<const iovec> src, uint32_t frame_len,
+                 bool unicast) noexcept;
+    /// Storm control: takes one flood's token at `now`.
+    bool flood_allowed(int64_t now) noexcept;
 
     L2Switch& sw_;
     uint32_t dev_;
     uint32_t q_index_ = 0;
-    std::mutex producer_mu_;  ///< the senders into q_ (reserve..commit)
+    mutable std::mutex producer_mu_;  ///< the senders into q_ (reserve..commit), and up_
+    bool up_ = true;                  ///< copies are queued (under producer_mu_)
     std::unique_ptr<ReplyQueue> q_;
     uint32_t max_frame_;
+    // Storm control (the sender's, as the counters): GCRA, the theoretical
+    // arrival time of the next flood; a flood passes while tat_ - now stays
+    // within the burst's worth of intervals.
+    int64_t flood_interval_ns_ = 0;  ///< 0: no storm control
+    int64_t flood_tolerance_ns_ = 0;
+    int64_t flood_tat_ns_ = INT64_MIN;
 };
 
 static_assert(Port<SwitchPort> && HasRxFd<SwitchPort> && HasPeekLen<SwitchPort> &&
-              HasMaxFrame<SwitchPort>);
+              HasMaxFrame<SwitchPort> && HasSession<SwitchPort>);
 
 }  // namespace pvnet::port

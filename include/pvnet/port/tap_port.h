@@ -160,13 +160,21 @@ public:
     /// the GSO frames and partial checksums the guest accepts (port::HasGuestFeatures).
     bool set_guest_features(uint64_t features) noexcept;
     const std::string& name() const noexcept { return name_; }
+    /// port::HasSession. What the tap queued for a guest whose session ended
+    /// is read and dropped (rx_drop_no_session), so the next guest on this
+    /// device does not get it. A start drops nothing: it also comes when the
+    /// same guest restarts its rx vring, and what reaches the link after a
+    /// session ended is the link's next owner's, as with a kernel tap.
+    void session_start() noexcept {}
+    void session_end() noexcept { (void)drain(); }
     /// errno of the last rejected write (0: none yet; a Retry is no rejection).
     int tx_last_errno() const noexcept { return tx_last_errno_.load(std::memory_order_relaxed); }
 
     /// Frames read and not delivered, each consumed from the tap (but for the
     /// rare rx_drop_errno of a read that found no queue, e.g. EBADFD: detached).
     uint64_t rx_drops() const noexcept {
-        return rx_drop_short.get() + rx_drop_truncated.get() + rx_drop_errno.total();
+        return rx_drop_short.get() + rx_drop_truncated.get() + rx_drop_errno.total() +
+               rx_drop_no_session.get();
     }
     /// Packets offered and rejected for good.
     uint64_t tx_drops() const noexcept { return tx_drop_bad_len.get() + tx_drop_errno.total(); }
@@ -175,6 +183,7 @@ public:
     Counter rx_empty;           ///< reads that found nothing (EAGAIN)
     Counter rx_drop_short;      ///< frame shorter than the vnet header
     Counter rx_drop_truncated;  ///< frame (or header) larger than the guest's buffers
+    Counter rx_drop_no_session;  ///< read and dropped at a session's end (drain)
     Counter tx_drop_bad_len;    ///< len disagrees with the iovecs, or a partial write
     CounterArray<TapErrno> rx_drop_errno, tx_drop_errno;
     Counter tx_retry;  ///< writes that found no room (EAGAIN/ENOBUFS): back-pressure, not drops
@@ -190,11 +199,16 @@ private:
     static bool len_ok(std::span<const iovec> src, uint32_t len) noexcept;
     SendResult count_write(ssize_t n, uint32_t len) noexcept;
     uint32_t discard_frame() noexcept;
+    /// Dequeues and frees every waiting frame, at most kMaxDrain; how many.
+    uint32_t drain() noexcept;
     void count_read_error(int err) noexcept;
     TapBatchResult submit_writes(std::span<const TapTxFrame> frames) noexcept;
 
     /// IOV_MAX (1024, the ring's kMaxIov too) less recv's overflow piece.
     static constexpr std::size_t kMaxRxIov = 1023;
+    /// A tap queues at most its txqueuelen (1000 by default): a bound
+    /// against a peer that writes as fast as we read.
+    static constexpr uint32_t kMaxDrain = 1u << 16;
 
     int fd_;
     std::string name_;
@@ -208,6 +222,7 @@ private:
     std::atomic<int> tx_last_errno_{0};
 };
 
-static_assert(Port<TapPort> && HasRxFd<TapPort> && HasTxFd<TapPort> && HasMaxFrame<TapPort>);
+static_assert(Port<TapPort> && HasRxFd<TapPort> && HasTxFd<TapPort> && HasMaxFrame<TapPort> &&
+              HasSession<TapPort>);
 
 }  // namespace pvnet::port
