@@ -4,9 +4,14 @@
 // failure or close), the counter, the fd count, and that a fresh session
 // still works afterwards.
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -390,6 +395,122 @@ TEST(VhostUserServer, SecondFrontEndIsRejectedWhileOneIsServed) {
     EXPECT_EQ(b.st().busy_rejected.get(), 1u);
     EXPECT_TRUE(first.get(Request::GetFeatures));
     EXPECT_EQ(b.st().connections.get(), 1u);
+}
+
+namespace {
+
+/// True once a thread of `pid` sleeps in poll()/ppoll() on `nfds` fds (its
+/// /proc/PID/task/TID/syscall line: the number, then the arguments).
+bool in_poll(pid_t pid, unsigned nfds) {
+    const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return false;
+    bool found = false;
+    while (const dirent* e = ::readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        FILE* f = std::fopen((dir + "/" + e->d_name + "/syscall").c_str(), "r");
+        if (f == nullptr) continue;
+        long nr = -1;
+        unsigned long a0 = 0, a1 = 0;
+        if (std::fscanf(f, "%ld %lx %lx", &nr, &a0, &a1) == 3 && a1 == nfds &&
+            (nr == SYS_ppoll
+#ifdef SYS_poll
+             || nr == SYS_poll
+#endif
+             )) {
+            found = true;
+        }
+        std::fclose(f);
+    }
+    ::closedir(d);
+    return found;
+}
+
+/// Every thread of `pid` stopped (state T in /proc/PID/task/TID/stat).
+bool all_stopped(pid_t pid) {
+    const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return false;
+    bool all = true;
+    while (const dirent* e = ::readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        FILE* f = std::fopen((dir + "/" + e->d_name + "/stat").c_str(), "r");
+        char line[512] = {};
+        if (f != nullptr) {
+            if (std::fgets(line, sizeof line, f) == nullptr) line[0] = 0;
+            std::fclose(f);
+        }
+        const char* paren = std::strrchr(line, ')');
+        all = all && paren != nullptr && paren[1] == ' ' && paren[2] == 'T';
+    }
+    ::closedir(d);
+    return all;
+}
+
+bool read_bounded(int fd, void* p, std::size_t n) {
+    pollfd pf{fd, POLLIN, 0};
+    return ::poll(&pf, 1, 10000) == 1 && ::read(fd, p, n) == static_cast<ssize_t>(n);
+}
+
+}  // namespace
+
+// A front-end that closes and connects again at once (QEMU restarting without
+// reconnect=) is served, not taken for a second front-end: the server, in a
+// child process, is frozen in its idle poll while the close and the connect
+// happen, so it wakes to both at once, the hang-up and the knock.
+TEST(VhostUserServer, ReconnectRightAfterACloseIsServedNotRejected) {
+    int ready[2], go[2];
+    ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+    ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        uint64_t counts[2] = {};
+        {
+            Bed b("reconnect");
+            char c = 'r';
+            if (::write(ready[1], &c, 1) != 1) ::_exit(2);
+            (void)read_bounded(go[0], &c, 1);
+            counts[0] = b.st().busy_rejected.get();
+            counts[1] = b.st().connections.get();
+        }
+        ::_exit(::write(ready[1], counts, sizeof counts) == sizeof counts ? 0 : 3);
+    }
+    ::close(ready[1]);
+    ::close(go[0]);
+    const std::string path = socket_path("reconnect", pid);
+    char c = 0;
+    bool stopped = false;
+    uint64_t counts[2] = {~uint64_t{0}, 0};
+    [&] {
+        ASSERT_TRUE(read_bounded(ready[0], &c, 1));
+        FrontEnd first(path);
+        ASSERT_TRUE(first.connected());
+        ASSERT_TRUE(first.get(Request::GetFeatures));
+        // Idle between messages: the poll on the connection, stop fd and listener.
+        ASSERT_TRUE(wait_until([&] { return in_poll(pid, 3); }));
+        ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+        stopped = true;
+        ASSERT_TRUE(wait_until([&] { return all_stopped(pid); }));
+        first.close();
+        FrontEnd second(path);
+        ASSERT_TRUE(second.connected());  // into the backlog
+        ASSERT_EQ(::kill(pid, SIGCONT), 0);
+        stopped = false;
+        EXPECT_TRUE(second.get(Request::GetFeatures));
+    }();
+    if (stopped) ::kill(pid, SIGCONT);
+    c = 'g';
+    EXPECT_EQ(::write(go[1], &c, 1), 1);
+    EXPECT_TRUE(read_bounded(ready[0], counts, sizeof counts));
+    EXPECT_EQ(counts[0], 0u);  // busy_rejected
+    EXPECT_EQ(counts[1], 2u);  // connections
+    int status = 0;
+    EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ::close(ready[0]);
+    ::close(go[1]);
+    ::unlink(path.c_str());
 }
 
 TEST(VhostUserServer, ClientModeConnectsOnceTheFrontEndListens) {
