@@ -178,6 +178,19 @@ long expected_size(Request r) noexcept {
     }
 }
 
+/// The protocol feature a request needs negotiated (vhost-user.rst: sent only
+/// when it is), or 0.
+uint64_t needed_protocol_feature(Request r) noexcept {
+    switch (r) {
+        case Request::GetInflightFd:
+        case Request::SetInflightFd: return bit(kProtoInflightShmfd);
+        case Request::SetStatus:
+        case Request::GetStatus: return bit(kProtoStatus);
+        case Request::NetSetMtu: return bit(kProtoNetMtu);
+        default: return 0;
+    }
+}
+
 bool is_get(Request r) noexcept {
     return r == Request::GetFeatures || r == Request::GetProtocolFeatures ||
            r == Request::GetQueueNum || r == Request::GetStatus || r == Request::GetVringBase ||
@@ -246,8 +259,7 @@ BackendSession::Fail BackendSession::dispatch(Request r, std::span<const std::by
     const long want = expected_size(r);
     if (r == Request::SetMemTable) return set_mem_table(p, fds);
     if (want < 0) return Fail::Unsupported;
-    if ((r == Request::GetInflightFd || r == Request::SetInflightFd) &&
-        (protocol_features_ & bit(kProtoInflightShmfd)) == 0) {
+    if ((protocol_features_ & needed_protocol_feature(r)) != needed_protocol_feature(r)) {
         return Fail::Unsupported;
     }
     if (p.size() != static_cast<std::size_t>(want)) return Fail::Payload;
@@ -301,7 +313,7 @@ BackendSession::Fail BackendSession::dispatch(Request r, std::span<const std::by
             has_reply = true;
             return Fail::None;
         case Request::NetSetMtu:
-            if (cfg_.max_mtu == 0) return Fail::Unsupported;
+            // NET_MTU (needed above) is offered only with a max_mtu.
             if (u64 < 68 || u64 > cfg_.max_mtu) return Fail::Payload;
             mtu_ = static_cast<uint16_t>(u64);
             return Fail::None;

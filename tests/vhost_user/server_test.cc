@@ -128,10 +128,13 @@ TEST(VhostUserServer, WithoutProtocolFeaturesRingsStartEnabled) {
     EXPECT_TRUE(fe.get(Request::GetFeatures));  // a round trip: everything before it handled
     EXPECT_EQ(b.st().rings_started.get(), 2u);
     packets_flow(b, g, 7);
-    // Without REPLY_ACK a refused request closes the connection.
-    ASSERT_TRUE(fe.msg(Request::NetSetMtu, uint64_t{10}, {}, true));
+    // Without REPLY_ACK a refused request closes the connection (NET_SET_MTU
+    // without NET_MTU negotiated is not served).
+    ASSERT_TRUE(fe.msg(Request::NetSetMtu, uint64_t{1500}, {}, true));
     EXPECT_TRUE(fe.closed_by_peer());
-    EXPECT_EQ(b.st().bad_payload.get(), 1u);
+    EXPECT_EQ(b.st().unsupported.get(), 1u);
+    EXPECT_EQ(b.st().rejected.get(), 1u);
+    EXPECT_EQ(b.server->mtu(), 0);
 }
 
 TEST(VhostUserServer, FramingErrorsCloseTheConnection) {
@@ -252,6 +255,163 @@ TEST(VhostUserServer, BadPayloadsFdsAndStateAreRefusedWithAnAck) {
     EXPECT_NE(fe.ack(Request::SetVringNum, vs(0, 128)).value_or(0), 0u);
     EXPECT_EQ(b.st().rejected.get(), b.st().bad_payload.get() + b.st().bad_fds.get() +
                                          b.st().bad_state.get() + b.st().unsupported.get());
+}
+
+// One rule each: the refusal, the one counter that says why (and no other
+// reason's), and nothing changed by the refused request.
+struct Reasons {
+    uint64_t rejected, payload, fds, state, unsupported, started, stopped;
+    explicit Reasons(const SessionStats& s)
+        : rejected(s.rejected.get()), payload(s.bad_payload.get()), fds(s.bad_fds.get()),
+          state(s.bad_state.get()), unsupported(s.unsupported.get()),
+          started(s.rings_started.get()), stopped(s.rings_stopped.get()) {}
+};
+enum class Why : uint8_t { Payload, Fds, State, Unsupported };
+void expect_one_refusal(const SessionStats& s, const Reasons& was, Why why) {
+    const Reasons now(s);
+    EXPECT_EQ(now.rejected, was.rejected + 1);
+    EXPECT_EQ(now.payload, was.payload + (why == Why::Payload ? 1 : 0));
+    EXPECT_EQ(now.fds, was.fds + (why == Why::Fds ? 1 : 0));
+    EXPECT_EQ(now.state, was.state + (why == Why::State ? 1 : 0));
+    EXPECT_EQ(now.unsupported, was.unsupported + (why == Why::Unsupported ? 1 : 0));
+    EXPECT_EQ(now.started, was.started);  // no ring started or stopped by it
+    EXPECT_EQ(now.stopped, was.stopped);
+}
+
+TEST(VhostUserRules, VringEnableTakesOnlyZeroOrOne) {
+    Bed b("rule_enable");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    full_setup(fe, g);
+    for (const uint32_t v : {2u, 0x100u, 0xffffffffu}) {
+        const Reasons was(b.st());
+        EXPECT_EQ(fe.ack(Request::SetVringEnable, vs(1, v)), 1u) << v;
+        expect_one_refusal(b.st(), was, Why::Payload);
+    }
+    EXPECT_TRUE(b.dev->vring_started(1));
+    packets_flow(b, g, 1);
+}
+
+TEST(VhostUserRules, VringAddrWithTheLogFlagIsUnsupported) {
+    Bed b("rule_log");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    negotiate(fe);
+    const int mfd = g.region.fd();
+    ASSERT_EQ(fe.ack(Request::SetMemTable, g.mem_table(), std::span(&mfd, 1)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetVringNum, vs(0, kRingSize)), 0u);
+    const int k = g.kick[0].fd();
+    ASSERT_EQ(fe.ack(Request::SetVringKick, uint64_t{0}, std::span(&k, 1)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetVringEnable, vs(0, 1)), 0u);
+    // Addresses would complete the ring; with LOG (logging is never offered) they are refused.
+    VringAddr a = g.vring_addr(0);
+    a.flags = kVringFLog;
+    a.log_guest_addr = kGpa;
+    const Reasons was(b.st());
+    EXPECT_EQ(fe.ack(Request::SetVringAddr, a), 1u);
+    expect_one_refusal(b.st(), was, Why::Unsupported);
+    EXPECT_FALSE(b.dev->vring_started(0));
+    ASSERT_EQ(fe.ack(Request::SetVringAddr, g.vring_addr(0)), 0u);
+    EXPECT_TRUE(b.dev->vring_started(0));
+}
+
+TEST(VhostUserRules, VringBaseAbove16BitsIsRefusedAndTheOldBaseStays) {
+    Bed b("rule_base");
+    FrontEnd fe(b.cfg.path);
+    negotiate(fe);
+    ASSERT_EQ(fe.ack(Request::SetVringBase, vs(0, 7)), 0u);
+    for (const uint32_t v : {0x10000u, 0x10005u, 0xffffffffu}) {
+        const Reasons was(b.st());
+        EXPECT_EQ(fe.ack(Request::SetVringBase, vs(0, v)), 1u) << v;
+        expect_one_refusal(b.st(), was, Why::Payload);
+    }
+    ASSERT_TRUE(fe.msg(Request::GetVringBase, vs(0, 0), {}, false));
+    const auto base = fe.reply(Request::GetVringBase);
+    ASSERT_TRUE(base);
+    EXPECT_EQ(*base >> 32, 7u);
+}
+
+TEST(VhostUserRules, StatusNeedsTheStatusFeatureAndFitsAByte) {
+    Bed b("rule_status");
+    {
+        FrontEnd fe(b.cfg.path);
+        negotiate(fe);
+        ASSERT_EQ(fe.ack(Request::SetStatus, uint64_t{0xf}), 0u);
+        for (const uint64_t v : {uint64_t{0x100}, uint64_t{0x10f}, ~uint64_t{0}}) {
+            const Reasons was(b.st());
+            EXPECT_EQ(fe.ack(Request::SetStatus, v), 1u) << v;
+            expect_one_refusal(b.st(), was, Why::Payload);
+        }
+        EXPECT_EQ(fe.get(Request::GetStatus), 0xfu);
+    }
+    // Without VHOST_USER_PROTOCOL_F_STATUS neither is served.
+    ASSERT_TRUE(wait_until([&] { return !b.server->connected(); }));
+    FrontEnd fe(b.cfg.path);
+    ASSERT_TRUE(fe.msg(Request::SetProtocolFeatures, bit(kProtoReplyAck), {}, false));
+    Reasons was(b.st());
+    EXPECT_EQ(fe.ack(Request::SetStatus, uint64_t{0xf}), 1u);
+    expect_one_refusal(b.st(), was, Why::Unsupported);
+    was = Reasons(b.st());
+    EXPECT_FALSE(fe.get(Request::GetStatus));  // a GET is never acked: refused, closed
+    EXPECT_TRUE(fe.closed_by_peer());
+    ASSERT_TRUE(wait_until([&] { return !b.server->connected(); }));
+    expect_one_refusal(b.st(), was, Why::Unsupported);
+}
+
+TEST(VhostUserRules, NetSetMtuNeedsNetMtuNegotiated) {
+    Bed b("rule_mtu");
+    FrontEnd fe(b.cfg.path);
+    ASSERT_TRUE(fe.msg(Request::SetProtocolFeatures, bit(kProtoReplyAck), {}, false));
+    const Reasons was(b.st());
+    EXPECT_EQ(fe.ack(Request::NetSetMtu, uint64_t{1500}), 1u);
+    expect_one_refusal(b.st(), was, Why::Unsupported);
+    EXPECT_EQ(b.server->mtu(), 0);
+    ASSERT_TRUE(fe.msg(Request::SetProtocolFeatures, bit(kProtoReplyAck) | bit(kProtoNetMtu), {},
+                       false));
+    EXPECT_EQ(fe.ack(Request::NetSetMtu, uint64_t{1500}), 0u);
+    EXPECT_EQ(b.server->mtu(), 1500);
+}
+
+TEST(VhostUserRules, OtherFeaturesWhileRingsRunAreABadState) {
+    Bed b("rule_features");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    full_setup(fe, g);
+    const uint64_t other = kFeatures | virtio::feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX);
+    ASSERT_NE(session_features(*b.dev) & other, 0u);  // offered: only the state refuses it
+    const Reasons was(b.st());
+    EXPECT_EQ(fe.ack(Request::SetFeatures, other), 1u);
+    expect_one_refusal(b.st(), was, Why::State);
+    EXPECT_EQ(b.dev->features(), virtio::feature_mask(virtio::VIRTIO_F_VERSION_1));
+    packets_flow(b, g, 1);
+}
+
+// The ring's guest addresses are checked themselves, not only the host pointers
+// they land on: a region mapped from file offset 8 puts a descriptor table at a
+// guest address 8 mod 16 on a 16-aligned host address.
+TEST(VhostUserRules, MisalignedDescriptorTableGuestAddressOnAnAlignedHostPointer) {
+    Bed b("rule_align");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    negotiate(fe);
+    const int mfd = g.region.fd();
+    OneRegion t;
+    t.r = MemRegion{kGpa, g.region.size() - 4096, kUva, 8};
+    ASSERT_EQ(fe.ack(Request::SetMemTable, t, std::span(&mfd, 1)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetVringNum, vs(0, kRingSize)), 0u);
+    VringAddr a;
+    a.index = 0;
+    a.desc_user_addr = kUva + 8;  // gpa kGpa + 8; host: the mapping's start + 16
+    a.avail_user_addr = kUva + 0x1008;
+    a.used_user_addr = kUva + 0x2008;
+    ASSERT_EQ(fe.ack(Request::SetVringAddr, a), 0u);
+    const int k = g.kick[0].fd();
+    ASSERT_EQ(fe.ack(Request::SetVringKick, uint64_t{0}, std::span(&k, 1)), 0u);
+    const Reasons was(b.st());
+    EXPECT_EQ(fe.ack(Request::SetVringEnable, vs(0, 1)), 1u);
+    expect_one_refusal(b.st(), was, Why::Payload);
+    EXPECT_FALSE(b.dev->vring_started(0));
+    EXPECT_EQ(b.dev->vring_error(0), ring::RingError::RingMisaligned);
 }
 
 TEST(VhostUserServer, UnsupportedWithoutNeedReplyCloses) {
