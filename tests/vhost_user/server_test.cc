@@ -15,6 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -25,6 +26,7 @@
 #include "pvnet/port/peer_port.h"
 #include "pvnet/vhost_user/backend_session.h"
 #include "pvnet/vhost_user/server.h"
+#include "pvnet/vhost_user/unix_socket.h"
 #include "pvnet/virtio/virtio_config.h"
 #include "server_bed.h"
 #include "test_frontend.h"
@@ -750,6 +752,46 @@ TEST(VhostUserServer, PathsStaleSocketAndNonSocket) {
     EXPECT_NE(s.error().find(file), std::string::npos);
     EXPECT_EQ(::lstat(file.c_str(), &st), 0);
     ::unlink(file.c_str());
+}
+
+// The stale-socket probe never waits: a live listener that accepts nothing,
+// its backlog full, is "in use" at once (a blocking connect() hung create()).
+TEST(VhostUserServer, StaleSocketProbeDoesNotWaitOnAFullBacklog) {
+    const std::string path = socket_path("fullbacklog");
+    ::unlink(path.c_str());
+    const int l = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(::listen(l, 0), 0);
+    std::vector<int> queued;
+    for (int i = 0; i < 64; ++i) {
+        const int c = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        const bool ok = ::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+        if (!ok) {
+            ::close(c);
+            break;
+        }
+        queued.push_back(c);
+    }
+    ASSERT_FALSE(queued.empty());
+    std::atomic<bool> done{false};
+    Result<int, std::string> got = unexpected(std::string("not run"));
+    std::thread t([&] {
+        got = listen_unix(path, true, 4);
+        done = true;
+    });
+    const bool returned = wait_until([&] { return done.load(); });
+    ::close(l);  // wakes a connect() blocked on the backlog: the thread ends either way
+    t.join();
+    for (const int c : queued) ::close(c);
+    EXPECT_TRUE(returned);
+    ASSERT_FALSE(got);
+    EXPECT_NE(got.error().find("in use"), std::string::npos) << got.error();
+    struct stat st{};
+    EXPECT_EQ(::lstat(path.c_str(), &st), 0);  // a live socket is never removed
+    ::unlink(path.c_str());
 }
 
 }  // namespace
