@@ -8,10 +8,11 @@
 #   MUTATE_ONLY=REGEX              only the mutants whose description matches
 #   MUTATE_BUILD=DIR               build tree (default build/mutate, Release)
 #
-# A list (tools/mutants/*.txt) names the targets to build and the ctest regex
-# to run, then its mutants:
+# A list (tools/mutants/*.txt) names the targets to build and the test
+# programs to run (paths in the build tree, each bounded by MUTATE_TEST_TIMEOUT
+# seconds, default 300), then its mutants:
 #   targets: t1 t2 ...
-#   tests: CTEST_REGEX
+#   tests: tests/dir/prog1 tests/dir/prog2 ...
 #   @ path/in/repo.cc | what the mutant breaks
 #   - original line            (one or more; matched with their indentation
 #   - original line             stripped, and the sequence must occur once)
@@ -22,6 +23,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${MUTATE_BUILD:-$root/build/mutate}
 only=${MUTATE_ONLY:-}
 step_timeout=${MUTATE_TIMEOUT:-900}
+test_timeout=${MUTATE_TEST_TIMEOUT:-300}
 [ $# -gt 0 ] || set -- "$root/tools/mutants/vhost_user.txt"
 logs=$build/mutate-logs
 mkdir -p "$logs"
@@ -38,6 +40,19 @@ if [ ! -f "$build/build.ninja" ]; then
     (cd "$root" && CXX=${CXX:-g++} cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release) \
         > "$logs/configure.log" 2>&1 || { echo "configure failed: $logs/configure.log"; exit 2; }
 fi
+
+# run_tests LOG PROG...: each program in turn (gtest's brief output); fails at the first failure.
+run_tests() {
+    local log=$1 prog
+    shift
+    for prog in "$@"; do
+        echo "-- $prog" >> "$log"
+        (cd "$build" && timeout "$test_timeout" "./$prog" --gtest_brief=1) >> "$log" 2>&1 || {
+            echo "-- $prog: exit $?" >> "$log"
+            return 1
+        }
+    done
+}
 
 # apply FILE INDEX LIST: writes mutant INDEX of LIST into FILE (python: exact line matching).
 apply() {
@@ -79,7 +94,7 @@ for list in "$@"; do
     # The unmutated tree must build and pass, or nothing below means anything.
     echo "== $list: baseline ($targets)"
     if ! timeout "$step_timeout" cmake --build "$build" --target $targets > "$logs/baseline.log" 2>&1 ||
-       ! (cd "$build" && timeout "$step_timeout" ctest -R "$tests" --timeout 300) >> "$logs/baseline.log" 2>&1; then
+       ! run_tests "$logs/baseline.log" $tests; then
         echo "baseline fails: $logs/baseline.log"; exit 2
     fi
     index=0
@@ -101,11 +116,14 @@ for list in "$@"; do
             echo "NO-BUILD  $file: $what ($log)" | tee -a "$report"
             broken=$((broken + 1)); continue
         fi
-        if (cd "$build" && timeout "$step_timeout" ctest -R "$tests" --timeout 120) >> "$log" 2>&1; then
+        if run_tests "$log" $tests; then
             echo "SURVIVED  $file: $what ($log)" | tee -a "$report"
             survived=$((survived + 1))
         else
-            failed=$(grep -o '[0-9]* - [A-Za-z0-9_]* ([A-Za-z]*)' "$log" | head -3 | tr '\n' ' ')
+            # The failing program, and its first failing tests (none: a crash or a timeout).
+            failed="$(grep -o -- '^-- [^ ]*: exit [0-9]*' "$log" | sed 's/^-- //;s|.*/||')"
+            failed="$failed $(grep -o '^\[  FAILED  \] [A-Za-z0-9_/.]*' "$log" | head -2 |
+                              sed 's/^\[  FAILED  \] //' | tr '\n' ' ')"
             echo "killed    $file: $what [$failed]" | tee -a "$report"
             killed=$((killed + 1))
         fi
