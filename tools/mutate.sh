@@ -17,6 +17,8 @@
 #   - original line            (one or more; matched with their indentation
 #   - original line             stripped, and the sequence must occur once)
 #   + replacement line         (none: the lines are deleted)
+# A mutant must build with the tree's -Werror: one that removes a function's
+# only call keeps the call (`cond && false`).
 # Exit: 0 all killed, 1 a survivor, 2 a list or build problem.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -78,6 +78,18 @@ bool BackendSession::header_ok(const MsgHeader& h) noexcept {
     return true;
 }
 
+BackendSession::Snapshot BackendSession::snapshot() const {
+    Snapshot s{features_, protocol_features_, status_, features_set_, mtu_, {}, mem_.get(),
+               inflight_.get()};
+    const auto fd = [](const std::unique_ptr<notify::EventFd>& e) { return e ? e->fd() : -1; };
+    for (const Vring& v : vrings_) {
+        s.vrings.push_back({v.num, v.base, v.has_addr, v.kick_set, v.enabled, v.started,
+                            v.addrs.desc.value, v.addrs.avail.value, v.addrs.used.value,
+                            fd(v.kick), fd(v.call), fd(v.err)});
+    }
+    return s;
+}
+
 bool BackendSession::ring_enabled(const Vring& v) const noexcept {
     return (features_ & bit(kFProtocolFeatures)) == 0 || v.enabled;
 }
