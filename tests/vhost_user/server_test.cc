@@ -374,6 +374,64 @@ TEST(VhostUserRules, NetSetMtuNeedsNetMtuNegotiated) {
     EXPECT_EQ(b.server->mtu(), 1500);
 }
 
+TEST(VhostUserRules, NetMtuIsOfferedOnlyWithAMaxMtuAndSetWithinIt) {
+    {
+        Bed b("rule_nomtu", 200, 0);
+        FrontEnd fe(b.cfg.path);
+        const auto offered = fe.get(Request::GetProtocolFeatures);
+        ASSERT_TRUE(offered);
+        EXPECT_EQ(*offered & bit(kProtoNetMtu), 0u);
+        ASSERT_TRUE(fe.msg(Request::SetProtocolFeatures, bit(kProtoReplyAck), {}, false));
+        const Reasons was(b.st());
+        EXPECT_EQ(fe.ack(Request::SetProtocolFeatures, bit(kProtoReplyAck) | bit(kProtoNetMtu)),
+                  1u);
+        expect_one_refusal(b.st(), was, Why::Unsupported);
+        EXPECT_EQ(fe.ack(Request::NetSetMtu, uint64_t{1500}), 1u);  // still not negotiated
+        EXPECT_EQ(b.server->mtu(), 0);
+    }
+    Bed b("rule_mtu_range");
+    FrontEnd fe(b.cfg.path);
+    negotiate(fe);
+    for (const uint64_t v : {uint64_t{0}, uint64_t{67}, uint64_t{9001}, uint64_t{0x10000 + 1500}}) {
+        const Reasons was(b.st());
+        EXPECT_EQ(fe.ack(Request::NetSetMtu, v), 1u) << v;
+        expect_one_refusal(b.st(), was, Why::Payload);
+        EXPECT_EQ(b.server->mtu(), 0);
+    }
+    EXPECT_EQ(fe.ack(Request::NetSetMtu, uint64_t{68}), 0u);
+    EXPECT_EQ(b.server->mtu(), 68);
+    EXPECT_EQ(fe.ack(Request::NetSetMtu, uint64_t{9000}), 0u);
+    EXPECT_EQ(b.server->mtu(), 9000);
+}
+
+TEST(VhostUserRules, VringNumZeroAndARunningRingsNumOrBaseAreRefused) {
+    Bed b("rule_num");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    negotiate(fe);
+    Reasons was(b.st());
+    EXPECT_EQ(fe.ack(Request::SetVringNum, vs(0, 0)), 1u);
+    expect_one_refusal(b.st(), was, Why::Payload);
+    ASSERT_TRUE(fe.msg(Request::GetVringBase, vs(0, 0), {}, false));  // still a fresh ring
+    ASSERT_TRUE(fe.reply(Request::GetVringBase));
+    fe.close();
+    ASSERT_TRUE(wait_until([&] { return !b.server->connected(); }));
+    FrontEnd fe2(b.cfg.path);
+    full_setup(fe2, g);
+    packets_flow(b, g, 1);
+    was = Reasons(b.st());
+    EXPECT_EQ(fe2.ack(Request::SetVringBase, vs(1, 100)), 1u);
+    expect_one_refusal(b.st(), was, Why::State);
+    was = Reasons(b.st());
+    EXPECT_EQ(fe2.ack(Request::SetVringNum, vs(1, kRingSize / 2)), 1u);
+    expect_one_refusal(b.st(), was, Why::State);
+    // Where the tx ring stands is the device's, not the refused base.
+    ASSERT_TRUE(fe2.msg(Request::GetVringBase, vs(1, 0), {}, false));
+    const auto base = fe2.reply(Request::GetVringBase);
+    ASSERT_TRUE(base);
+    EXPECT_EQ(*base >> 32, 1u);
+}
+
 TEST(VhostUserRules, OtherFeaturesWhileRingsRunAreABadState) {
     Bed b("rule_features");
     FrontEnd fe(b.cfg.path);
