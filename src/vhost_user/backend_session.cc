@@ -94,13 +94,20 @@ bool BackendSession::ring_enabled(const Vring& v) const noexcept {
     return (features_ & bit(kFProtocolFeatures)) == 0 || v.enabled;
 }
 
+bool BackendSession::is_tx(uint16_t i) const noexcept {
+    return i % 2u == 1u && i < backend::ctrl_vring(dev_.max_pairs());
+}
+
 bool BackendSession::any_started() const noexcept {
     return std::any_of(vrings_.begin(), vrings_.end(), [](const Vring& v) { return v.started; });
 }
 
 bool BackendSession::maybe_start(uint16_t i) noexcept {
     Vring& v = vrings_[i];
-    if (v.started || v.num == 0 || !v.has_addr || !mem_ || !v.kick_set || !ring_enabled(v)) {
+    // A disabled tx vring starts too, discarding what it consumes; rx and control
+    // wait for the enable (a disabled one supplies nothing: it is not run).
+    if (v.started || v.num == 0 || !v.has_addr || !mem_ || !v.kick_set ||
+        (!ring_enabled(v) && !is_tx(i))) {
         return true;
     }
     backend::VringSetup s;
@@ -110,7 +117,7 @@ bool BackendSession::maybe_start(uint16_t i) noexcept {
     s.kick = v.kick.get();
     s.call = v.call.get();
     s.err = v.err.get();
-    s.enabled = true;
+    s.enabled = ring_enabled(v);
     const bool ctrl = i == backend::ctrl_vring(dev_.max_pairs());
     // The control vring runs only when CTRL_VQ was negotiated.
     if (ctrl && !virtio::has_feature(features_, virtio::VIRTIO_NET_F_CTRL_VQ)) return false;
@@ -360,8 +367,15 @@ BackendSession::Fail BackendSession::dispatch(Request r, std::span<const std::by
         case Request::SetVringEnable: {
             if (st.num > 1) return Fail::Payload;
             const auto i = static_cast<uint16_t>(st.index);
-            vrings_[i].enabled = st.num == 1;
-            if (!ring_enabled(vrings_[i])) stop(i);
+            Vring& v = vrings_[i];
+            v.enabled = st.num == 1;
+            // vhost-user.rst "Ring states": a started but disabled ring is still
+            // processed without side effects. tx consumes and discards; rx (and
+            // the control queue) is stopped: it supplies nothing.
+            if (v.started && is_tx(i)) {
+                return dev_.set_tx_vring_enabled(i, ring_enabled(v)) ? Fail::None : Fail::State;
+            }
+            if (!ring_enabled(v)) stop(i);
             return maybe_start(i) ? Fail::None : Fail::Payload;
         }
         case Request::SetVringAddr: {

@@ -474,6 +474,78 @@ TEST(VhostUserRules, MisalignedDescriptorTableGuestAddressOnAnAlignedHostPointer
     EXPECT_EQ(b.dev->vring_error(0), ring::RingError::RingMisaligned);
 }
 
+// vhost-user.rst "Ring states": a started but disabled ring is processed
+// without side effects: tx consumes and discards (used with 0, counted, never
+// at the port); rx supplies nothing. Enabled again, both move frames.
+TEST(VhostUserServer, DisabledTxRingDiscardsItsFramesDisabledRxSuppliesNothing) {
+    Bed b("disabled");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    full_setup(fe, g);
+    packets_flow(b, g, 1);
+    const uint64_t stopped = b.st().rings_stopped.get();
+    ASSERT_EQ(fe.ack(Request::SetVringEnable, vs(1, 0)), 0u);
+    EXPECT_TRUE(b.dev->vring_started(1));
+    EXPECT_EQ(b.st().rings_stopped.get(), stopped);
+    std::vector<std::byte> frame(60, std::byte{0x5a});
+    for (uint64_t t = 2; t < 5; ++t) {
+        g.transmit(t, frame);
+        ring::UsedBuf u;
+        ASSERT_TRUE(wait_until([&] { return g.q[1]->get_used(u); }));
+        EXPECT_EQ(u.token, t);
+        EXPECT_EQ(u.len, 0u);
+    }
+    EXPECT_EQ(b.dev->stats().tx_discarded.get(), 3u);
+    EXPECT_EQ(b.dev->stats().tx_pkts.get(), 1u);  // packets_flow's frame only
+    EXPECT_FALSE(b.far->rx_pending());
+    ASSERT_EQ(fe.ack(Request::SetVringEnable, vs(1, 1)), 0u);
+    // rx disabled: stopped, the far end's frame waits.
+    ASSERT_EQ(fe.ack(Request::SetVringEnable, vs(0, 0)), 0u);
+    EXPECT_FALSE(b.dev->vring_started(0));
+    g.post_rx(9);
+    const uint32_t len = kHdr + 60;
+    std::vector<std::byte> buf(len);
+    const iovec v{buf.data(), len};
+    ASSERT_EQ(b.far->send(std::span(&v, 1), len), port::SendResult::Sent);
+    ring::UsedBuf u;
+    EXPECT_FALSE(g.q[0]->get_used(u));
+    ASSERT_EQ(fe.ack(Request::SetVringEnable, vs(0, 1)), 0u);
+    ASSERT_TRUE(wait_until([&] { return g.q[0]->get_used(u); }));
+    EXPECT_EQ(u.token, 9u);
+    EXPECT_EQ(u.len, len);
+    packets_flow(b, g, 10);
+    EXPECT_EQ(b.dev->stats().tx_discarded.get(), 3u);
+}
+
+// A tx ring is started by its kick, enabled or not: before SET_VRING_ENABLE 1
+// its frames are consumed and discarded (the rx ring waits for the enable).
+TEST(VhostUserServer, TxRingBeforeItsEnableDiscards) {
+    Bed b("notyet");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    negotiate(fe);
+    const int mfd = g.region.fd();
+    ASSERT_EQ(fe.ack(Request::SetMemTable, g.mem_table(), std::span(&mfd, 1)), 0u);
+    for (uint32_t i = 0; i < 2; ++i) {
+        ASSERT_EQ(fe.ack(Request::SetVringNum, vs(i, kRingSize)), 0u);
+        ASSERT_EQ(fe.ack(Request::SetVringAddr, g.vring_addr(i)), 0u);
+        const int k = g.kick[i].fd(), c = g.call[i].fd();
+        ASSERT_EQ(fe.ack(Request::SetVringKick, uint64_t{i}, std::span(&k, 1)), 0u);
+        ASSERT_EQ(fe.ack(Request::SetVringCall, uint64_t{i}, std::span(&c, 1)), 0u);
+    }
+    EXPECT_FALSE(b.dev->vring_started(0));
+    EXPECT_TRUE(b.dev->vring_started(1));
+    g.transmit(1, std::vector<std::byte>(60));
+    ring::UsedBuf u;
+    ASSERT_TRUE(wait_until([&] { return g.q[1]->get_used(u); }));
+    EXPECT_EQ(u.len, 0u);
+    EXPECT_EQ(b.dev->stats().tx_discarded.get(), 1u);
+    EXPECT_FALSE(b.far->rx_pending());
+    for (uint32_t i = 0; i < 2; ++i) ASSERT_EQ(fe.ack(Request::SetVringEnable, vs(i, 1)), 0u);
+    EXPECT_EQ(b.st().rings_started.get(), 2u);
+    packets_flow(b, g, 2);
+}
+
 TEST(VhostUserServer, UnsupportedWithoutNeedReplyCloses) {
     Bed b("unsupp");
     {

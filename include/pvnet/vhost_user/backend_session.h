@@ -23,7 +23,10 @@
 // - A vring runs once it has a size, addresses, a memory table, a kick fd
 //   (or the no-fd flag) and is enabled (with PROTOCOL_FEATURES only after
 //   SET_VRING_ENABLE 1). GET_VRING_BASE and disabling stop it; a new kick
-//   restarts it from its base. Every popped chain is used or given back
+//   restarts it from its base. Except a tx vring: "started but disabled"
+//   (vhost-user.rst "Ring states") it runs from its kick on, consuming and
+//   discarding its frames (tx_discarded) until enabled; disabling it again
+//   goes back to that, never a stop. Every popped chain is used or given back
 //   before a stop, so a stopped ring's used.idx equals its base.
 // - Inflight I/O tracking (INFLIGHT_SHMFD negotiated, else unsupported):
 //   GET_INFLIGHT_FD (num_queues <= the data vrings, queue_size a power of two
@@ -156,6 +159,8 @@ private:
     void stop(uint16_t i) noexcept;
     void stop_all_and_reset() noexcept;
     bool ring_enabled(const Vring& v) const noexcept;
+    /// A data vring the guest transmits on (odd index).
+    bool is_tx(uint16_t i) const noexcept;
     bool any_started() const noexcept;
     bool user_to_guest(uint64_t uva, uint64_t& gpa) const noexcept;
 
