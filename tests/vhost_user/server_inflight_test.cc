@@ -380,6 +380,33 @@ TEST(VhostUserInflight, ALogThatDoesNotFitTheRingRefusesIt) {
     ::close(log_fd);
 }
 
+// The log's queue_size is the one every ring must have: a ring of another size
+// is refused even when the front-end rewrote that queue's header to match it
+// (the header is the front-end's memory; the session holds the layout).
+TEST(VhostUserInflight, ARingOfAnotherSizeThanTheLogsQueueSizeIsRefused) {
+    Bed b("inf_qsize");
+    Guest g;
+    FrontEnd fe(b.cfg.path);
+    negotiate(fe);
+    auto got = fe.get_inflight(kReq);
+    ASSERT_TRUE(got);
+    const auto [info, log_fd] = *got;
+    const Log log(log_fd, info.mmap_size);
+    const uint16_t half = kRingSize / 2;
+    std::memcpy(log.queue(1) + offsetof(QueueRegionSplit, desc_num), &half, sizeof half);
+    const int mfd = g.region.fd();
+    ASSERT_EQ(fe.ack(Request::SetMemTable, g.mem_table(), std::span(&mfd, 1)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetInflightFd, info, std::span(&log_fd, 1)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetVringNum, vs(1, half)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetVringAddr, g.vring_addr(1)), 0u);
+    const int k = g.kick[1].fd();
+    EXPECT_EQ(fe.ack(Request::SetVringKick, uint64_t{1}, std::span(&k, 1)), 1u);
+    EXPECT_EQ(b.st().inflight_bad_log.get(), 1u);
+    EXPECT_EQ(b.st().bad_payload.get(), 1u);
+    EXPECT_FALSE(b.dev->vring_started(1));
+    ::close(log_fd);
+}
+
 // ---- pvnet's own front-end (vhost_user::Frontend) and its inflight buffer -------------
 
 /// A device for the Frontend: guest memory, its two rings of the sizes asked, doorbells.
