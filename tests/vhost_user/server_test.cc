@@ -153,6 +153,17 @@ TEST(VhostUserServer, FramingErrorsCloseTheConnection) {
     closes(kVersion | kFlagNeedReply, kMaxPayload + 1);  // oversized
     EXPECT_EQ(b.st().bad_header.get(), 3u);
     EXPECT_EQ(b.st().messages.get(), 3u * 5u);  // only negotiate()'s
+    // A header claiming 4 GiB of payload is refused as it arrives, not read on
+    // (into a kMaxPayload buffer) until the stall deadline.
+    {
+        FrontEnd fe(b.cfg.path);
+        const MsgHeader h{static_cast<uint32_t>(Request::SetOwner), kVersion, 0xffffffffu};
+        ASSERT_TRUE(fe.send_raw(&h, sizeof h));
+        EXPECT_TRUE(fe.closed_by_peer());
+    }
+    ASSERT_TRUE(wait_until([&] { return !b.server->connected(); }));
+    EXPECT_EQ(b.st().bad_header.get(), 4u);
+    EXPECT_EQ(b.st().stalled.get(), 0u);
     fresh_setup_works(b);
 }
 
