@@ -443,6 +443,71 @@ TEST(VhostUserRules, VringNumZeroAndARunningRingsNumOrBaseAreRefused) {
     EXPECT_EQ(*base >> 32, 1u);
 }
 
+TEST(VhostUserRules, VringAddrIndexAndARunningRingsAddressesAreRefused) {
+    Bed b("rule_addr");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    negotiate(fe);
+    for (const uint32_t i : {2u, 255u, 0x10000u}) {  // checked before the memory table
+        VringAddr a = g.vring_addr(0);
+        a.index = i;
+        const Reasons was(b.st());
+        EXPECT_EQ(fe.ack(Request::SetVringAddr, a), 1u) << i;
+        expect_one_refusal(b.st(), was, Why::Payload);
+    }
+    fe.close();
+    ASSERT_TRUE(wait_until([&] { return !b.server->connected(); }));
+    FrontEnd fe2(b.cfg.path);
+    full_setup(fe2, g);
+    VringAddr a = g.vring_addr(1);
+    a.used_user_addr += 4096;  // valid, but the ring runs
+    const Reasons was(b.st());
+    EXPECT_EQ(fe2.ack(Request::SetVringAddr, a), 1u);
+    expect_one_refusal(b.st(), was, Why::State);
+    packets_flow(b, g, 1);  // still on its old addresses
+}
+
+TEST(VhostUserRules, FeaturesNeverOfferedAreUnsupported) {
+    Bed b("rule_unoffered");
+    FrontEnd fe(b.cfg.path);
+    negotiate(fe);
+    const uint64_t offered = session_features(*b.dev);
+    for (const uint64_t extra : {bit(63), virtio::feature_mask(virtio::VIRTIO_NET_F_CTRL_VQ)}) {
+        ASSERT_EQ(offered & extra, 0u);
+        const Reasons was(b.st());
+        EXPECT_EQ(fe.ack(Request::SetFeatures, kFeatures | extra), 1u) << extra;
+        expect_one_refusal(b.st(), was, Why::Unsupported);
+    }
+    EXPECT_EQ(b.dev->features(), virtio::feature_mask(virtio::VIRTIO_F_VERSION_1));
+}
+
+TEST(VhostUserRules, MemTableWithFewerFdsThanRegionsIsAnFdRefusal) {
+    Bed b("rule_memfds");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    negotiate(fe);
+    const uint64_t sz = g.region.size();
+    struct {
+        uint32_t n = 2, pad = 0;
+        MemRegion r[2];
+    } two;
+    two.r[0] = {kGpa, sz / 2, kUva, 0};
+    two.r[1] = {kGpa + sz / 2, sz / 2, kUva + sz / 2, sz / 2};
+    const int mfd = g.region.fd();
+    const int base_fds = count_fds();
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+        const int fds[] = {mfd, mfd, mfd};
+        const Reasons was(b.st());
+        EXPECT_EQ(fe.ack(Request::SetMemTable, two, std::span(fds, n)), 1u) << n;
+        expect_one_refusal(b.st(), was, Why::Fds);
+    }
+    EXPECT_EQ(b.st().mem_tables.get(), 0u);
+    EXPECT_EQ(count_fds(), base_fds);
+    const int fds[] = {mfd, mfd};
+    EXPECT_EQ(fe.ack(Request::SetMemTable, two, fds), 0u);
+    EXPECT_EQ(b.st().mem_tables.get(), 1u);
+}
+
 TEST(VhostUserRules, OtherFeaturesWhileRingsRunAreABadState) {
     Bed b("rule_features");
     FrontEnd fe(b.cfg.path);
