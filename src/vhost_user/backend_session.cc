@@ -104,10 +104,10 @@ bool BackendSession::any_started() const noexcept {
 
 bool BackendSession::maybe_start(uint16_t i) noexcept {
     Vring& v = vrings_[i];
-    // A disabled tx vring starts too, discarding what it consumes; rx and control
-    // wait for the enable (a disabled one supplies nothing: it is not run).
-    if (v.started || v.num == 0 || !v.has_addr || !mem_ || !v.kick_set ||
-        (!ring_enabled(v) && !is_tx(i))) {
+    // A ring starts enabled. One not yet enabled waits, so no frame is discarded
+    // in the window QEMU and pvnet's front-end leave between SET_VRING_KICK and
+    // SET_VRING_ENABLE (a restart replays it under traffic); DPDK waits as well.
+    if (v.started || v.num == 0 || !v.has_addr || !mem_ || !v.kick_set || !ring_enabled(v)) {
         return true;
     }
     backend::VringSetup s;
@@ -117,7 +117,7 @@ bool BackendSession::maybe_start(uint16_t i) noexcept {
     s.kick = v.kick.get();
     s.call = v.call.get();
     s.err = v.err.get();
-    s.enabled = ring_enabled(v);
+    s.enabled = true;
     const bool ctrl = i == backend::ctrl_vring(dev_.max_pairs());
     // The control vring runs only when CTRL_VQ was negotiated.
     if (ctrl && !virtio::has_feature(features_, virtio::VIRTIO_NET_F_CTRL_VQ)) return false;
@@ -369,8 +369,8 @@ BackendSession::Fail BackendSession::dispatch(Request r, std::span<const std::by
             const auto i = static_cast<uint16_t>(st.index);
             Vring& v = vrings_[i];
             v.enabled = st.num == 1;
-            // vhost-user.rst "Ring states": a started but disabled ring is still
-            // processed without side effects. tx consumes and discards; rx (and
+            // vhost-user.rst "Ring states": a started ring that is disabled is still
+            // processed, without side effects: tx consumes and discards; rx (and
             // the control queue) is stopped: it supplies nothing.
             if (v.started && is_tx(i)) {
                 return dev_.set_tx_vring_enabled(i, ring_enabled(v)) ? Fail::None : Fail::State;

@@ -23,10 +23,11 @@
 // - A vring runs once it has a size, addresses, a memory table, a kick fd
 //   (or the no-fd flag) and is enabled (with PROTOCOL_FEATURES only after
 //   SET_VRING_ENABLE 1). GET_VRING_BASE and disabling stop it; a new kick
-//   restarts it from its base. Except a tx vring: "started but disabled"
-//   (vhost-user.rst "Ring states") it runs from its kick on, consuming and
-//   discarding its frames (tx_discarded) until enabled; disabling it again
-//   goes back to that, never a stop. Every popped chain is used or given back
+//   restarts it from its base. Except a running tx vring: disabled, it is
+//   "started but disabled" (vhost-user.rst "Ring states") and goes on
+//   consuming its frames, discarding them (tx_discarded), until enabled
+//   again. A vring not yet enabled waits (no discard between the kick and
+//   the enable QEMU sends). Every popped chain is used or given back
 //   before a stop, so a stopped ring's used.idx equals its base.
 // - Inflight I/O tracking (INFLIGHT_SHMFD negotiated, else unsupported):
 //   GET_INFLIGHT_FD (num_queues <= the data vrings, queue_size a power of two
