@@ -400,7 +400,8 @@ TEST(VhostUserInflight, ARingOfAnotherSizeThanTheLogsQueueSizeIsRefused) {
     ASSERT_EQ(fe.ack(Request::SetVringNum, vs(1, half)), 0u);
     ASSERT_EQ(fe.ack(Request::SetVringAddr, g.vring_addr(1)), 0u);
     const int k = g.kick[1].fd();
-    EXPECT_EQ(fe.ack(Request::SetVringKick, uint64_t{1}, std::span(&k, 1)), 1u);
+    ASSERT_EQ(fe.ack(Request::SetVringKick, uint64_t{1}, std::span(&k, 1)), 0u);
+    EXPECT_EQ(fe.ack(Request::SetVringEnable, vs(1, 1)), 1u);
     EXPECT_EQ(b.st().inflight_bad_log.get(), 1u);
     EXPECT_EQ(b.st().bad_payload.get(), 1u);
     EXPECT_FALSE(b.dev->vring_started(1));
