@@ -368,13 +368,15 @@ BackendSession::Fail BackendSession::dispatch(Request r, std::span<const std::by
             if (st.num > 1) return Fail::Payload;
             const auto i = static_cast<uint16_t>(st.index);
             Vring& v = vrings_[i];
-            v.enabled = st.num == 1;
             // vhost-user.rst "Ring states": a started ring that is disabled is still
             // processed, without side effects: tx consumes and discards; rx (and
             // the control queue) is stopped: it supplies nothing.
-            if (v.started && is_tx(i)) {
-                return dev_.set_tx_vring_enabled(i, ring_enabled(v)) ? Fail::None : Fail::State;
+            if (v.started && is_tx(i) && (features_ & bit(kFProtocolFeatures)) != 0) {
+                if (!dev_.set_tx_vring_enabled(i, st.num == 1)) return Fail::State;
+                v.enabled = st.num == 1;
+                return Fail::None;
             }
+            v.enabled = st.num == 1;
             if (!ring_enabled(v)) stop(i);
             return maybe_start(i) ? Fail::None : Fail::Payload;
         }
