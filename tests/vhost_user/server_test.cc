@@ -508,6 +508,31 @@ TEST(VhostUserRules, MemTableWithFewerFdsThanRegionsIsAnFdRefusal) {
     EXPECT_EQ(b.st().mem_tables.get(), 1u);
 }
 
+// More fds than a request can carry overflow the server's control buffer
+// (MSG_CTRUNC): the kernel closed the rest, so the message is not trusted even
+// with NEED_REPLY; the connection closes, the fds that came are closed.
+TEST(VhostUserRules, FdsTruncatedInTransitCloseTheConnection) {
+    Bed b("rule_ctrunc");
+    const int base_fds = count_fds();
+    {
+        FrontEnd fe(b.cfg.path);
+        negotiate(fe);
+        std::vector<notify::EventFd> efds;
+        std::vector<int> fds;
+        for (std::size_t k = 0; k < kMaxFds + 4; ++k) {
+            efds.push_back(std::move(notify::EventFd::create().value()));
+            fds.push_back(efds.back().fd());
+        }
+        ASSERT_TRUE(fe.msg(Request::SetVringCall, uint64_t{0}, fds));
+        EXPECT_TRUE(fe.closed_by_peer());
+    }
+    ASSERT_TRUE(wait_until([&] { return !b.server->connected(); }));
+    EXPECT_EQ(b.st().bad_fds.get(), 1u);
+    EXPECT_EQ(b.st().rejected.get(), 0u);  // refused as it was read, before the session
+    EXPECT_EQ(b.st().replies.get(), 3u);  // negotiate()'s GETs only: no REPLY_ACK
+    EXPECT_EQ(count_fds(), base_fds);
+}
+
 TEST(VhostUserRules, OtherFeaturesWhileRingsRunAreABadState) {
     Bed b("rule_features");
     FrontEnd fe(b.cfg.path);
