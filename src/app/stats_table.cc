@@ -37,6 +37,7 @@ CounterTable<backend::VhostNetStats> vhost_net_counters() {
         PVNET_COUNTER(S, tx_drop_bad_chain),
         PVNET_COUNTER(S, tx_drop_port),
         PVNET_COUNTER(S, tx_retry),
+        PVNET_COUNTER(S, tx_discarded),
         PVNET_COUNTER(S, rx_drop_bad_chain),
         PVNET_COUNTER(S, rx_drop_no_room),
         PVNET_COUNTER(S, rx_port_unwatched),

@@ -227,6 +227,16 @@ Status<DeviceError> NetDevice::set_vring_call(uint16_t i, const notify::EventFd*
     return {};
 }
 
+Status<DeviceError> NetDevice::set_tx_vring_enabled(uint16_t i, bool enabled) noexcept {
+    const auto lock = lock_control();
+    Vring* v = i % 2u == 1u ? vring_at(i) : nullptr;
+    if (v == nullptr) return unexpected(DeviceError::BadVring);
+    // run_tx reads it under tx_mu, in the worker or process_tx_now's thread.
+    const std::lock_guard<std::mutex> tx_lock(pairs_[i / 2u]->tx_mu);
+    v->setup.enabled = enabled;
+    return {};
+}
+
 Status<DeviceError> NetDevice::start_vring(uint16_t i) noexcept {
     const auto lock = lock_control();
     return start_locked(i);

@@ -78,8 +78,24 @@ bool BackendSession::header_ok(const MsgHeader& h) noexcept {
     return true;
 }
 
+BackendSession::Snapshot BackendSession::snapshot() const {
+    Snapshot s{features_, protocol_features_, status_, features_set_, mtu_, {}, mem_.get(),
+               inflight_.get()};
+    const auto fd = [](const std::unique_ptr<notify::EventFd>& e) { return e ? e->fd() : -1; };
+    for (const Vring& v : vrings_) {
+        s.vrings.push_back({v.num, v.base, v.has_addr, v.kick_set, v.enabled, v.started,
+                            v.addrs.desc.value, v.addrs.avail.value, v.addrs.used.value,
+                            fd(v.kick), fd(v.call), fd(v.err)});
+    }
+    return s;
+}
+
 bool BackendSession::ring_enabled(const Vring& v) const noexcept {
     return (features_ & bit(kFProtocolFeatures)) == 0 || v.enabled;
+}
+
+bool BackendSession::is_tx(uint16_t i) const noexcept {
+    return i % 2u == 1u && i < backend::ctrl_vring(dev_.max_pairs());
 }
 
 bool BackendSession::any_started() const noexcept {
@@ -88,6 +104,9 @@ bool BackendSession::any_started() const noexcept {
 
 bool BackendSession::maybe_start(uint16_t i) noexcept {
     Vring& v = vrings_[i];
+    // A ring starts enabled. One not yet enabled waits, so no frame is discarded
+    // in the window QEMU and pvnet's front-end leave between SET_VRING_KICK and
+    // SET_VRING_ENABLE (a restart replays it under traffic); DPDK waits as well.
     if (v.started || v.num == 0 || !v.has_addr || !mem_ || !v.kick_set || !ring_enabled(v)) {
         return true;
     }
@@ -178,6 +197,19 @@ long expected_size(Request r) noexcept {
     }
 }
 
+/// The protocol feature a request needs negotiated (vhost-user.rst: sent only
+/// when it is), or 0.
+uint64_t needed_protocol_feature(Request r) noexcept {
+    switch (r) {
+        case Request::GetInflightFd:
+        case Request::SetInflightFd: return bit(kProtoInflightShmfd);
+        case Request::SetStatus:
+        case Request::GetStatus: return bit(kProtoStatus);
+        case Request::NetSetMtu: return bit(kProtoNetMtu);
+        default: return 0;
+    }
+}
+
 bool is_get(Request r) noexcept {
     return r == Request::GetFeatures || r == Request::GetProtocolFeatures ||
            r == Request::GetQueueNum || r == Request::GetStatus || r == Request::GetVringBase ||
@@ -247,8 +279,7 @@ BackendSession::Fail BackendSession::dispatch(Request r, std::span<const std::by
     const long want = expected_size(r);
     if (r == Request::SetMemTable) return set_mem_table(p, fds);
     if (want < 0) return Fail::Unsupported;
-    if ((r == Request::GetInflightFd || r == Request::SetInflightFd) &&
-        (protocol_features_ & bit(kProtoInflightShmfd)) == 0) {
+    if ((protocol_features_ & needed_protocol_feature(r)) != needed_protocol_feature(r)) {
         return Fail::Unsupported;
     }
     if (p.size() != static_cast<std::size_t>(want)) return Fail::Payload;
@@ -302,7 +333,7 @@ BackendSession::Fail BackendSession::dispatch(Request r, std::span<const std::by
             has_reply = true;
             return Fail::None;
         case Request::NetSetMtu:
-            if (cfg_.max_mtu == 0) return Fail::Unsupported;
+            // NET_MTU (needed above) is offered only with a max_mtu.
             if (u64 < 68 || u64 > cfg_.max_mtu) return Fail::Payload;
             mtu_ = static_cast<uint16_t>(u64);
             return Fail::None;
@@ -337,8 +368,17 @@ BackendSession::Fail BackendSession::dispatch(Request r, std::span<const std::by
         case Request::SetVringEnable: {
             if (st.num > 1) return Fail::Payload;
             const auto i = static_cast<uint16_t>(st.index);
-            vrings_[i].enabled = st.num == 1;
-            if (!ring_enabled(vrings_[i])) stop(i);
+            Vring& v = vrings_[i];
+            // vhost-user.rst "Ring states": a started ring that is disabled is still
+            // processed, without side effects: tx consumes and discards; rx (and
+            // the control queue) is stopped: it supplies nothing.
+            if (v.started && is_tx(i) && (features_ & bit(kFProtocolFeatures)) != 0) {
+                if (!dev_.set_tx_vring_enabled(i, st.num == 1)) return Fail::State;
+                v.enabled = st.num == 1;
+                return Fail::None;
+            }
+            v.enabled = st.num == 1;
+            if (!ring_enabled(v)) stop(i);
             return maybe_start(i) ? Fail::None : Fail::Payload;
         }
         case Request::SetVringAddr: {

@@ -9,7 +9,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -35,6 +34,7 @@ std::string_view to_string(FrontendFail f) noexcept {
         case FrontendFail::BadFds: return "bad_fds";
         case FrontendFail::BadPayload: return "bad_payload";
         case FrontendFail::Nack: return "nack";
+        case FrontendFail::Layout: return "layout";
         case FrontendFail::Unexpected: return "unexpected";
         case FrontendFail::Features: return "features";
         case FrontendFail::Io: return "io";
@@ -129,6 +129,12 @@ struct Frontend::Impl {
                                                 std::to_string(queue_num));
     }
     Status<FrontendError> setup_inflight() noexcept;
+    /// Forgets the inflight buffer: the next start asks the back-end for a fresh one.
+    void drop_inflight() noexcept {
+        if (inflight_fd >= 0) ::close(inflight_fd);
+        inflight_fd = -1;
+        inflight = InflightInfo{};
+    }
     Status<FrontendError> start_device() noexcept;
     uint16_t used_idx(const ring::SplitRingAddrs& a) const noexcept;
     uint64_t uva(mem::GuestAddr g) const noexcept {
@@ -371,10 +377,10 @@ Result<uint64_t, FrontendError> Frontend::Impl::negotiate(uint64_t wanted,
 Status<FrontendError> Frontend::Impl::setup_inflight() noexcept {
     if ((proto & bit(kProtoInflightShmfd)) == 0) return {};
     if (inflight_fd < 0) {
-        // The data vrings only: the back-end logs no control command.
+        // The data vrings only: the back-end logs no control command. start()
+        // checked they share one size.
         const std::size_t data = dev.vrings.size() / 2 * 2;
-        uint16_t qsize = 0;
-        for (std::size_t k = 0; k < data; ++k) qsize = std::max(qsize, dev.vrings[k].addrs.size);
+        const uint16_t qsize = data == 0 ? 0 : dev.vrings[0].addrs.size;
         InflightInfo ask{};
         ask.num_queues = static_cast<uint16_t>(data);
         ask.queue_size = qsize;
@@ -494,10 +500,29 @@ Status<FrontendError> Frontend::start(const backend::DeviceSetup& dev,
         return m.fail(FrontendFail::Features, "the device's features are not the negotiated ones");
     }
     if (auto s = m.check_queues(dev); !s) return s;
+    if ((m.proto & bit(kProtoInflightShmfd)) != 0) {
+        // vhost-user.rst GET_INFLIGHT_FD: one queue_size for every queue's log (QEMU,
+        // DPDK and libvhost-user lay each out for it); a ring of another size is refused.
+        const std::size_t data = dev.vrings.size() / 2 * 2;
+        for (std::size_t k = 1; k < data; ++k) {
+            if (dev.vrings[k].addrs.size != dev.vrings[0].addrs.size) {
+                return m.fail(FrontendFail::Layout,
+                              "vring " + std::to_string(k) + " has " +
+                                  std::to_string(dev.vrings[k].addrs.size) + " entries, vring 0 " +
+                                  std::to_string(dev.vrings[0].addrs.size) +
+                                  ": INFLIGHT_SHMFD's buffer has one queue_size for all (give "
+                                  "every ring the same size, or set FrontendConfig::inflight "
+                                  "= false)");
+            }
+        }
+    }
     m.dev = dev;
     m.mem = mem;
     m.have_dev = true;
     m.bases_valid = false;
+    // New rings: an old log would complete chains they never had (after a crash),
+    // or, laid out for other ring sizes, have every ring refused.
+    m.drop_inflight();
     return m.start_device();
 }
 
@@ -554,6 +579,9 @@ Status<FrontendError> Frontend::reconnect() noexcept {
         if (auto s = m.check_queues(m.dev); !s) return s;
     }
     m.stats.reconnects.add();
+    // After a clean stop nothing is in flight: the log starts afresh. After a
+    // loss it is what the next back-end needs (the dead one's chains).
+    if (m.bases_valid) m.drop_inflight();
     return m.start_device();
 }
 

@@ -209,7 +209,12 @@ Server::Impl::Read Server::Impl::read_exact(int conn, std::byte* buf, std::size_
             const nfds_t np = listen_fd >= 0 && watch_listen ? 3 : 2;
             if (::poll(p, np, -1) < 0 && errno != EINTR) return Read::Close;
             if ((p[1].revents & POLLIN) != 0) return Read::Stop;
-            if (np == 3 && (p[2].revents & POLLIN) != 0) watch_listen = reject_busy();
+            // Busy only while the current front-end is alive: one that hung up (or
+            // sent more) is read first, so a reconnect right after a close waits in
+            // the backlog for the next session instead of being reset.
+            if (np == 3 && p[0].revents == 0 && (p[2].revents & POLLIN) != 0) {
+                watch_listen = reject_busy();
+            }
             continue;
         }
         const Wait w = wait_fd(conn, POLLIN, stop_fd, deadline);

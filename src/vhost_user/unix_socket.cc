@@ -28,11 +28,25 @@ Result<int, std::string> listen_unix(const std::string& path, bool nonblock, int
             return unexpected("vhost-user socket path '" + path +
                               "' exists and is not a socket; not removing it");
         }
-        // A socket nobody answers on is stale (a previous run's).
-        const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        const bool live = probe >= 0 && ::connect(probe, sa, sizeof *addr) == 0;
-        if (probe >= 0) ::close(probe);
-        if (live) return unexpected("vhost-user socket '" + path + "' is in use");
+        // A socket nobody listens on is stale (a previous run's). The probe is
+        // non-blocking: a listener that never accepts, its backlog full, answers
+        // EAGAIN at once where a blocking connect() would wait without end.
+        const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (probe < 0) {
+            return unexpected("vhost-user socket '" + path + "': " + std::strerror(errno));
+        }
+        const int rc = ::connect(probe, sa, sizeof *addr);
+        const int e = rc == 0 ? 0 : errno;
+        ::close(probe);
+        if (rc == 0 || e == EAGAIN) {
+            return unexpected("vhost-user socket '" + path + "' is in use" +
+                              (rc == 0 ? "" : " (its listener accepts nothing: backlog full)"));
+        }
+        // Only "nobody listens" proves it stale; anything else (EACCES) leaves it alone.
+        if (e != ECONNREFUSED && e != ENOENT) {
+            return unexpected("vhost-user socket '" + path + "': probing it: " +
+                              std::strerror(e) + "; not removing it");
+        }
         ::unlink(path.c_str());
     }
     const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);

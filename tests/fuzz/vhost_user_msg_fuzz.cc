@@ -3,7 +3,8 @@
 // (no worker: the control plane only).
 //
 // Input, read front to back (fuzz_support.h Reader): u8 protocol features
-// negotiated first (bit 0 REPLY_ACK, bit 1 INFLIGHT_SHMFD); then per
+// negotiated first (bit 0 REPLY_ACK, bit 1 INFLIGHT_SHMFD, bit 2 STATUS, bit 3
+// NET_MTU); then per
 // message, until the input ends or the session closes: u8 request (< 0xf0:
 // one of the known ones, else a raw u32 follows), u8 flags (< 200: version
 // 1, bit 0 NEED_REPLY; else a raw u32 follows), u8 fds (low nibble: count
@@ -14,7 +15,11 @@
 // size (mod kMaxPayload + 1), the payload.
 //
 // Checked: a reply is a REPLY-flagged version-1 header with 8 bytes (24 and
-// an fd for GET_INFLIGHT_FD); no fd outlives the session (the /proc/self/fd
+// an fd for GET_INFLIGHT_FD); a refused request (the rejected counter moved)
+// changed nothing in the session's snapshot and the device's features and
+// vrings: for a request that may complete a ring the device then refuses
+// (its setting stays recorded, backend_session.h), at least nothing else
+// changed and no ring started; no fd outlives the session (the /proc/self/fd
 // count before and after).
 #include <dirent.h>
 #include <fcntl.h>
@@ -77,6 +82,41 @@ std::size_t fd_bytes(int fd) {
     return end < 0 ? 0 : static_cast<std::size_t>(end);
 }
 
+/// The device's side of the session: what a refused request must not change.
+struct Device {
+    uint64_t features;
+    std::vector<bool> started;
+    bool operator==(const Device&) const = default;
+};
+Device device_state(const backend::NetDevice& dev) {
+    Device d{dev.features(), {}};
+    for (uint16_t i = 0; i < dev.num_vrings(); ++i) d.started.push_back(dev.vring_started(i));
+    return d;
+}
+
+/// A refused request changed nothing (backend_session.h's one exception aside).
+/// `payload`: refused as bad_payload, the reason a device refusal is counted under.
+void unchanged(uint32_t request, bool payload, const BackendSession::Snapshot& a,
+               const BackendSession::Snapshot& b, const Device& da, const Device& db) {
+    const auto r = static_cast<Request>(request);
+    const bool may_start = r == Request::SetVringNum || r == Request::SetVringAddr ||
+                           r == Request::SetVringKick || r == Request::SetVringErr ||
+                           r == Request::SetVringEnable;
+    if (r != Request::SetMemTable && (!may_start || !payload)) {
+        FUZZ_CHECK(a == b);
+        FUZZ_CHECK(da == db);
+        return;
+    }
+    FUZZ_CHECK(a.features == b.features && a.protocol_features == b.protocol_features &&
+               a.status == b.status && a.features_set == b.features_set && a.mtu == b.mtu &&
+               a.inflight == b.inflight && da.features == db.features);
+    if (r != Request::SetMemTable) FUZZ_CHECK(a.mem == b.mem);
+    for (std::size_t i = 0; i < a.vrings.size(); ++i) {
+        FUZZ_CHECK(a.vrings[i].started || !b.vrings[i].started);  // none started by a refusal
+    }
+    for (std::size_t i = 0; i < da.started.size(); ++i) FUZZ_CHECK(da.started[i] || !db.started[i]);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -87,10 +127,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         SessionStats stats;
         BackendSession s(*w.dev, w.cfg, stats);
         const uint8_t proto = in.u8();
-        if ((proto & 3) != 0) {
+        if ((proto & 0xf) != 0) {
             const MsgHeader h{static_cast<uint32_t>(Request::SetProtocolFeatures), kVersion, 8};
             const uint64_t f = ((proto & 1) != 0 ? bit(kProtoReplyAck) : 0) |
-                               ((proto & 2) != 0 ? bit(kProtoInflightShmfd) : 0);
+                               ((proto & 2) != 0 ? bit(kProtoInflightShmfd) : 0) |
+                               ((proto & 4) != 0 ? bit(kProtoStatus) : 0) |
+                               ((proto & 8) != 0 ? bit(kProtoNetMtu) : 0);
             std::byte p[8];
             std::memcpy(p, &f, sizeof f);
             FUZZ_CHECK(!s.handle(h, p, {}).close);
@@ -124,7 +166,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 std::memcpy(payload.data(), &bytes_in_fd, 8);
                 std::memset(payload.data() + 8, 0, 8);
             }
+            const BackendSession::Snapshot before = s.snapshot();
+            const Device dev_before = device_state(*w.dev);
+            const uint64_t rejected = stats.rejected.get(), bad = stats.bad_payload.get();
             const Outcome out = s.handle(h, payload, fds);
+            if (stats.rejected.get() != rejected) {
+                unchanged(h.request, stats.bad_payload.get() != bad, before, s.snapshot(),
+                          dev_before, device_state(*w.dev));
+            }
             if (out.reply_len != 0) {
                 MsgHeader rh;
                 std::memcpy(&rh, out.reply.data(), sizeof rh);

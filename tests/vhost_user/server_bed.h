@@ -23,7 +23,7 @@ struct Bed {
     std::unique_ptr<Server> server;
     ServerConfig cfg;
 
-    explicit Bed(const char* tag, uint32_t stall_ms = 200) {
+    explicit Bed(const char* tag, uint32_t stall_ms = 200, uint16_t max_mtu = 9000) {
         auto pp = port::PeerPort::create_pair({}, {});
         dev_port = std::move(pp->first);
         far = std::move(pp->second);
@@ -34,7 +34,7 @@ struct Bed {
         dev->start();
         cfg.path = socket_path(tag);
         cfg.stall_ms = stall_ms;
-        cfg.max_mtu = 9000;
+        cfg.max_mtu = max_mtu;
         auto s = Server::create(cfg, *dev);
         EXPECT_TRUE(s) << (s ? "" : s.error());
         server = std::move(s.value());

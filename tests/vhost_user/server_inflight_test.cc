@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pvnet/mem/memory_region.h"
+#include "pvnet/vhost_user/frontend.h"
 #include "pvnet/ring/inflight.h"
 #include "pvnet/ring/ring_error.h"
 #include "pvnet/virtio/inflight.h"
@@ -377,6 +378,166 @@ TEST(VhostUserInflight, ALogThatDoesNotFitTheRingRefusesIt) {
     EXPECT_EQ(b.st().inflight_bad_log.get(), 2u);
     EXPECT_FALSE(b.dev->vring_started(1));
     ::close(log_fd);
+}
+
+// The log's queue_size is the one every ring must have: a ring of another size
+// is refused even when the front-end rewrote that queue's header to match it
+// (the header is the front-end's memory; the session holds the layout).
+TEST(VhostUserInflight, ARingOfAnotherSizeThanTheLogsQueueSizeIsRefused) {
+    Bed b("inf_qsize");
+    Guest g;
+    FrontEnd fe(b.cfg.path);
+    negotiate(fe);
+    auto got = fe.get_inflight(kReq);
+    ASSERT_TRUE(got);
+    const auto [info, log_fd] = *got;
+    const Log log(log_fd, info.mmap_size);
+    const uint16_t half = kRingSize / 2;
+    std::memcpy(log.queue(1) + offsetof(QueueRegionSplit, desc_num), &half, sizeof half);
+    const int mfd = g.region.fd();
+    ASSERT_EQ(fe.ack(Request::SetMemTable, g.mem_table(), std::span(&mfd, 1)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetInflightFd, info, std::span(&log_fd, 1)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetVringNum, vs(1, half)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetVringAddr, g.vring_addr(1)), 0u);
+    const int k = g.kick[1].fd();
+    ASSERT_EQ(fe.ack(Request::SetVringKick, uint64_t{1}, std::span(&k, 1)), 0u);
+    EXPECT_EQ(fe.ack(Request::SetVringEnable, vs(1, 1)), 1u);
+    EXPECT_EQ(b.st().inflight_bad_log.get(), 1u);
+    EXPECT_EQ(b.st().bad_payload.get(), 1u);
+    EXPECT_FALSE(b.dev->vring_started(1));
+    ::close(log_fd);
+}
+
+// ---- pvnet's own front-end (vhost_user::Frontend) and its inflight buffer -------------
+
+/// A device for the Frontend: guest memory, its two rings of the sizes asked, doorbells.
+struct FeDevice {
+    mem::MemoryRegion region = std::move(mem::MemoryRegion::create(kMemBytes, "inf_fe").value());
+    notify::EventFd efd[4] = {
+        std::move(notify::EventFd::create().value()), std::move(notify::EventFd::create().value()),
+        std::move(notify::EventFd::create().value()), std::move(notify::EventFd::create().value())};
+    backend::DeviceSetup setup(uint64_t features, uint16_t rx, uint16_t tx) const {
+        backend::DeviceSetup d;
+        d.features = features;
+        const uint16_t sizes[2] = {rx, tx};
+        for (std::size_t i = 0; i < 2; ++i) {
+            backend::VringSetup v;
+            v.addrs = ring::split_ring_addrs_at(mem::GuestAddr(kGpa + i * kRingArea), sizes[i]);
+            v.kick = &efd[2 * i];
+            v.call = &efd[2 * i + 1];
+            d.vrings.push_back(v);
+        }
+        return d;
+    }
+    GuestMemory memory() const { return {region.fd(), kGpa, region.size(), region.host()}; }
+};
+
+std::unique_ptr<Frontend> make_frontend(const std::string& path, bool inflight = true) {
+    FrontendConfig c;
+    c.path = path;
+    c.inflight = inflight;
+    c.connect_timeout_ms = 3000;
+    auto fe = Frontend::create(c);
+    EXPECT_TRUE(fe) << (fe ? "" : fe.error());
+    return fe ? std::move(*fe) : nullptr;
+}
+
+constexpr uint64_t kVersion1 = virtio::feature_mask(virtio::VIRTIO_F_VERSION_1);
+
+/// The back-end dies (the server goes) and another takes the socket, same device.
+void restart_backend(Bed& b, Frontend& fe) {
+    b.server.reset();
+    auto s = Server::create(b.cfg, *b.dev);
+    ASSERT_TRUE(s) << (s ? "" : s.error());
+    b.server = std::move(*s);
+    b.server->start();
+    ASSERT_TRUE(wait_until([&] { return !fe.alive(); }));
+}
+
+// The buffer is one device layout's: a second start() on the same back-end, with
+// rings of another size, gets a fresh buffer laid out for them (the first
+// device's, for 256 entries, had every 128-entry ring refused).
+TEST(VhostUserInflight, FrontendStartWithOtherRingSizesGetsAFreshBuffer) {
+    Bed b("inf_fe_layout");
+    FeDevice d;
+    auto fe = make_frontend(b.cfg.path);
+    auto f = fe->connect(kVersion1);
+    ASSERT_TRUE(f) << f.error().text;
+    ASSERT_NE(fe->protocol_features() & bit(kProtoInflightShmfd), 0u);
+    auto s = fe->start(d.setup(*f, kRingSize, kRingSize), d.memory());
+    ASSERT_TRUE(s) << s.error().text;
+    EXPECT_EQ(b.st().rings_started.get(), 2u);
+    EXPECT_EQ(b.st().inflight_fds.get(), 2u);  // GET_INFLIGHT_FD, then SET_INFLIGHT_FD
+    ASSERT_TRUE(fe->stop());
+    f = fe->connect(kVersion1);
+    ASSERT_TRUE(f) << f.error().text;
+    s = fe->start(d.setup(*f, kRingSize / 2, kRingSize / 2), d.memory());
+    EXPECT_TRUE(s) << s.error().text;
+    EXPECT_EQ(b.st().inflight_bad_log.get(), 0u);
+    EXPECT_EQ(b.st().rings_started.get(), 4u);
+    EXPECT_EQ(b.st().inflight_fds.get(), 4u);
+    EXPECT_EQ(b.st().busy_rejected.get(), 0u);
+}
+
+// Only a reconnect() after a lost back-end hands the next one the old log (what
+// the dead one had in flight). New rings after a loss (connect + start), or a
+// reconnect after a clean stop, get a fresh buffer: an old log applied to fresh
+// rings would complete chains they never had.
+TEST(VhostUserInflight, FrontendReplaysTheLogOnlyAfterALoss) {
+    Bed b("inf_fe_loss");
+    FeDevice d;
+    auto fe = make_frontend(b.cfg.path);
+    auto f = fe->connect(kVersion1);
+    ASSERT_TRUE(f) << f.error().text;
+    ASSERT_TRUE(fe->start(d.setup(*f, kRingSize, kRingSize), d.memory()));
+    EXPECT_EQ(b.st().inflight_fds.get(), 2u);
+    restart_backend(b, *fe);
+    auto s = fe->reconnect();
+    ASSERT_TRUE(s) << s.error().text;
+    EXPECT_EQ(b.st().inflight_fds.get(), 1u);  // SET_INFLIGHT_FD alone: the kept log
+    EXPECT_EQ(b.st().rings_started.get(), 2u);
+
+    restart_backend(b, *fe);
+    f = fe->connect(kVersion1);
+    ASSERT_TRUE(f) << f.error().text;
+    s = fe->start(d.setup(*f, kRingSize, kRingSize), d.memory());
+    ASSERT_TRUE(s) << s.error().text;
+    EXPECT_EQ(b.st().inflight_fds.get(), 2u);  // a fresh one asked for
+
+    ASSERT_TRUE(fe->stop());
+    s = fe->reconnect();
+    ASSERT_TRUE(s) << s.error().text;
+    EXPECT_EQ(b.st().inflight_fds.get(), 4u);  // clean stop: fresh again
+    EXPECT_EQ(b.st().rings_started.get(), 4u);
+}
+
+// One queue_size describes every queue's log (vhost-user.rst GET_INFLIGHT_FD):
+// rings of different sizes are refused before anything is sent, with a reason
+// that says what to change; without INFLIGHT_SHMFD the same device runs.
+TEST(VhostUserInflight, FrontendRefusesMixedRingSizesWithInflightUpFront) {
+    Bed b("inf_fe_mixed");
+    FeDevice d;
+    {
+        auto fe = make_frontend(b.cfg.path);
+        auto f = fe->connect(kVersion1);
+        ASSERT_TRUE(f) << f.error().text;
+        const uint64_t messages = b.st().messages.get();
+        auto s = fe->start(d.setup(*f, kRingSize, kRingSize / 2), d.memory());
+        ASSERT_FALSE(s);
+        EXPECT_EQ(s.error().fail, FrontendFail::Layout);
+        EXPECT_NE(s.error().text.find("vring 1 has 128 entries, vring 0 256"), std::string::npos)
+            << s.error().text;
+        EXPECT_EQ(fe->stats().fails.get(FrontendFail::Layout), 1u);
+        EXPECT_EQ(b.st().messages.get(), messages);
+        EXPECT_EQ(b.st().inflight_fds.get(), 0u);
+    }
+    ASSERT_TRUE(wait_until([&] { return !b.server->connected(); }));
+    auto fe = make_frontend(b.cfg.path, false);
+    auto f = fe->connect(kVersion1);
+    ASSERT_TRUE(f) << f.error().text;
+    auto s = fe->start(d.setup(*f, kRingSize, kRingSize / 2), d.memory());
+    EXPECT_TRUE(s) << s.error().text;
+    EXPECT_EQ(b.st().rings_started.get(), 2u);
 }
 
 }  // namespace

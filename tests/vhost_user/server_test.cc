@@ -4,12 +4,18 @@
 // failure or close), the counter, the fd count, and that a fresh session
 // still works afterwards.
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -20,6 +26,7 @@
 #include "pvnet/port/peer_port.h"
 #include "pvnet/vhost_user/backend_session.h"
 #include "pvnet/vhost_user/server.h"
+#include "pvnet/vhost_user/unix_socket.h"
 #include "pvnet/virtio/virtio_config.h"
 #include "server_bed.h"
 #include "test_frontend.h"
@@ -123,10 +130,13 @@ TEST(VhostUserServer, WithoutProtocolFeaturesRingsStartEnabled) {
     EXPECT_TRUE(fe.get(Request::GetFeatures));  // a round trip: everything before it handled
     EXPECT_EQ(b.st().rings_started.get(), 2u);
     packets_flow(b, g, 7);
-    // Without REPLY_ACK a refused request closes the connection.
-    ASSERT_TRUE(fe.msg(Request::NetSetMtu, uint64_t{10}, {}, true));
+    // Without REPLY_ACK a refused request closes the connection (NET_SET_MTU
+    // without NET_MTU negotiated is not served).
+    ASSERT_TRUE(fe.msg(Request::NetSetMtu, uint64_t{1500}, {}, true));
     EXPECT_TRUE(fe.closed_by_peer());
-    EXPECT_EQ(b.st().bad_payload.get(), 1u);
+    EXPECT_EQ(b.st().unsupported.get(), 1u);
+    EXPECT_EQ(b.st().rejected.get(), 1u);
+    EXPECT_EQ(b.server->mtu(), 0);
 }
 
 TEST(VhostUserServer, FramingErrorsCloseTheConnection) {
@@ -143,6 +153,17 @@ TEST(VhostUserServer, FramingErrorsCloseTheConnection) {
     closes(kVersion | kFlagNeedReply, kMaxPayload + 1);  // oversized
     EXPECT_EQ(b.st().bad_header.get(), 3u);
     EXPECT_EQ(b.st().messages.get(), 3u * 5u);  // only negotiate()'s
+    // A header claiming 4 GiB of payload is refused as it arrives, not read on
+    // (into a kMaxPayload buffer) until the stall deadline.
+    {
+        FrontEnd fe(b.cfg.path);
+        const MsgHeader h{static_cast<uint32_t>(Request::SetOwner), kVersion, 0xffffffffu};
+        ASSERT_TRUE(fe.send_raw(&h, sizeof h));
+        EXPECT_TRUE(fe.closed_by_peer());
+    }
+    ASSERT_TRUE(wait_until([&] { return !b.server->connected(); }));
+    EXPECT_EQ(b.st().bad_header.get(), 4u);
+    EXPECT_EQ(b.st().stalled.get(), 0u);
     fresh_setup_works(b);
 }
 
@@ -247,6 +268,388 @@ TEST(VhostUserServer, BadPayloadsFdsAndStateAreRefusedWithAnAck) {
     EXPECT_NE(fe.ack(Request::SetVringNum, vs(0, 128)).value_or(0), 0u);
     EXPECT_EQ(b.st().rejected.get(), b.st().bad_payload.get() + b.st().bad_fds.get() +
                                          b.st().bad_state.get() + b.st().unsupported.get());
+}
+
+// One rule each: the refusal, the one counter that says why (and no other
+// reason's), and nothing changed by the refused request.
+struct Reasons {
+    uint64_t rejected, payload, fds, state, unsupported, started, stopped;
+    explicit Reasons(const SessionStats& s)
+        : rejected(s.rejected.get()), payload(s.bad_payload.get()), fds(s.bad_fds.get()),
+          state(s.bad_state.get()), unsupported(s.unsupported.get()),
+          started(s.rings_started.get()), stopped(s.rings_stopped.get()) {}
+};
+enum class Why : uint8_t { Payload, Fds, State, Unsupported };
+void expect_one_refusal(const SessionStats& s, const Reasons& was, Why why) {
+    const Reasons now(s);
+    EXPECT_EQ(now.rejected, was.rejected + 1);
+    EXPECT_EQ(now.payload, was.payload + (why == Why::Payload ? 1 : 0));
+    EXPECT_EQ(now.fds, was.fds + (why == Why::Fds ? 1 : 0));
+    EXPECT_EQ(now.state, was.state + (why == Why::State ? 1 : 0));
+    EXPECT_EQ(now.unsupported, was.unsupported + (why == Why::Unsupported ? 1 : 0));
+    EXPECT_EQ(now.started, was.started);  // no ring started or stopped by it
+    EXPECT_EQ(now.stopped, was.stopped);
+}
+
+TEST(VhostUserRules, VringEnableTakesOnlyZeroOrOne) {
+    Bed b("rule_enable");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    full_setup(fe, g);
+    for (const uint32_t v : {2u, 0x100u, 0xffffffffu}) {
+        const Reasons was(b.st());
+        EXPECT_EQ(fe.ack(Request::SetVringEnable, vs(1, v)), 1u) << v;
+        expect_one_refusal(b.st(), was, Why::Payload);
+    }
+    EXPECT_TRUE(b.dev->vring_started(1));
+    packets_flow(b, g, 1);
+}
+
+TEST(VhostUserRules, VringAddrWithTheLogFlagIsUnsupported) {
+    Bed b("rule_log");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    negotiate(fe);
+    const int mfd = g.region.fd();
+    ASSERT_EQ(fe.ack(Request::SetMemTable, g.mem_table(), std::span(&mfd, 1)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetVringNum, vs(0, kRingSize)), 0u);
+    const int k = g.kick[0].fd();
+    ASSERT_EQ(fe.ack(Request::SetVringKick, uint64_t{0}, std::span(&k, 1)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetVringEnable, vs(0, 1)), 0u);
+    // Addresses would complete the ring; with LOG (logging is never offered) they are refused.
+    VringAddr a = g.vring_addr(0);
+    a.flags = kVringFLog;
+    a.log_guest_addr = kGpa;
+    const Reasons was(b.st());
+    EXPECT_EQ(fe.ack(Request::SetVringAddr, a), 1u);
+    expect_one_refusal(b.st(), was, Why::Unsupported);
+    EXPECT_FALSE(b.dev->vring_started(0));
+    ASSERT_EQ(fe.ack(Request::SetVringAddr, g.vring_addr(0)), 0u);
+    EXPECT_TRUE(b.dev->vring_started(0));
+}
+
+TEST(VhostUserRules, VringBaseAbove16BitsIsRefusedAndTheOldBaseStays) {
+    Bed b("rule_base");
+    FrontEnd fe(b.cfg.path);
+    negotiate(fe);
+    ASSERT_EQ(fe.ack(Request::SetVringBase, vs(0, 7)), 0u);
+    for (const uint32_t v : {0x10000u, 0x10005u, 0xffffffffu}) {
+        const Reasons was(b.st());
+        EXPECT_EQ(fe.ack(Request::SetVringBase, vs(0, v)), 1u) << v;
+        expect_one_refusal(b.st(), was, Why::Payload);
+    }
+    ASSERT_TRUE(fe.msg(Request::GetVringBase, vs(0, 0), {}, false));
+    const auto base = fe.reply(Request::GetVringBase);
+    ASSERT_TRUE(base);
+    EXPECT_EQ(*base >> 32, 7u);
+}
+
+TEST(VhostUserRules, StatusNeedsTheStatusFeatureAndFitsAByte) {
+    Bed b("rule_status");
+    {
+        FrontEnd fe(b.cfg.path);
+        negotiate(fe);
+        ASSERT_EQ(fe.ack(Request::SetStatus, uint64_t{0xf}), 0u);
+        for (const uint64_t v : {uint64_t{0x100}, uint64_t{0x10f}, ~uint64_t{0}}) {
+            const Reasons was(b.st());
+            EXPECT_EQ(fe.ack(Request::SetStatus, v), 1u) << v;
+            expect_one_refusal(b.st(), was, Why::Payload);
+        }
+        EXPECT_EQ(fe.get(Request::GetStatus), 0xfu);
+    }
+    // Without VHOST_USER_PROTOCOL_F_STATUS neither is served.
+    ASSERT_TRUE(wait_until([&] { return !b.server->connected(); }));
+    FrontEnd fe(b.cfg.path);
+    ASSERT_TRUE(fe.msg(Request::SetProtocolFeatures, bit(kProtoReplyAck), {}, false));
+    Reasons was(b.st());
+    EXPECT_EQ(fe.ack(Request::SetStatus, uint64_t{0xf}), 1u);
+    expect_one_refusal(b.st(), was, Why::Unsupported);
+    was = Reasons(b.st());
+    EXPECT_FALSE(fe.get(Request::GetStatus));  // a GET is never acked: refused, closed
+    EXPECT_TRUE(fe.closed_by_peer());
+    ASSERT_TRUE(wait_until([&] { return !b.server->connected(); }));
+    expect_one_refusal(b.st(), was, Why::Unsupported);
+}
+
+TEST(VhostUserRules, NetSetMtuNeedsNetMtuNegotiated) {
+    Bed b("rule_mtu");
+    FrontEnd fe(b.cfg.path);
+    ASSERT_TRUE(fe.msg(Request::SetProtocolFeatures, bit(kProtoReplyAck), {}, false));
+    const Reasons was(b.st());
+    EXPECT_EQ(fe.ack(Request::NetSetMtu, uint64_t{1500}), 1u);
+    expect_one_refusal(b.st(), was, Why::Unsupported);
+    EXPECT_EQ(b.server->mtu(), 0);
+    ASSERT_TRUE(fe.msg(Request::SetProtocolFeatures, bit(kProtoReplyAck) | bit(kProtoNetMtu), {},
+                       false));
+    EXPECT_EQ(fe.ack(Request::NetSetMtu, uint64_t{1500}), 0u);
+    EXPECT_EQ(b.server->mtu(), 1500);
+}
+
+TEST(VhostUserRules, NetMtuIsOfferedOnlyWithAMaxMtuAndSetWithinIt) {
+    {
+        Bed b("rule_nomtu", 200, 0);
+        FrontEnd fe(b.cfg.path);
+        const auto offered = fe.get(Request::GetProtocolFeatures);
+        ASSERT_TRUE(offered);
+        EXPECT_EQ(*offered & bit(kProtoNetMtu), 0u);
+        ASSERT_TRUE(fe.msg(Request::SetProtocolFeatures, bit(kProtoReplyAck), {}, false));
+        const Reasons was(b.st());
+        EXPECT_EQ(fe.ack(Request::SetProtocolFeatures, bit(kProtoReplyAck) | bit(kProtoNetMtu)),
+                  1u);
+        expect_one_refusal(b.st(), was, Why::Unsupported);
+        EXPECT_EQ(fe.ack(Request::NetSetMtu, uint64_t{1500}), 1u);  // still not negotiated
+        EXPECT_EQ(b.server->mtu(), 0);
+    }
+    Bed b("rule_mtu_range");
+    FrontEnd fe(b.cfg.path);
+    negotiate(fe);
+    for (const uint64_t v : {uint64_t{0}, uint64_t{67}, uint64_t{9001}, uint64_t{0x10000 + 1500}}) {
+        const Reasons was(b.st());
+        EXPECT_EQ(fe.ack(Request::NetSetMtu, v), 1u) << v;
+        expect_one_refusal(b.st(), was, Why::Payload);
+        EXPECT_EQ(b.server->mtu(), 0);
+    }
+    EXPECT_EQ(fe.ack(Request::NetSetMtu, uint64_t{68}), 0u);
+    EXPECT_EQ(b.server->mtu(), 68);
+    EXPECT_EQ(fe.ack(Request::NetSetMtu, uint64_t{9000}), 0u);
+    EXPECT_EQ(b.server->mtu(), 9000);
+}
+
+TEST(VhostUserRules, VringNumZeroAndARunningRingsNumOrBaseAreRefused) {
+    Bed b("rule_num");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    negotiate(fe);
+    Reasons was(b.st());
+    EXPECT_EQ(fe.ack(Request::SetVringNum, vs(0, 0)), 1u);
+    expect_one_refusal(b.st(), was, Why::Payload);
+    ASSERT_TRUE(fe.msg(Request::GetVringBase, vs(0, 0), {}, false));  // still a fresh ring
+    ASSERT_TRUE(fe.reply(Request::GetVringBase));
+    fe.close();
+    ASSERT_TRUE(wait_until([&] { return !b.server->connected(); }));
+    FrontEnd fe2(b.cfg.path);
+    full_setup(fe2, g);
+    packets_flow(b, g, 1);
+    was = Reasons(b.st());
+    EXPECT_EQ(fe2.ack(Request::SetVringBase, vs(1, 100)), 1u);
+    expect_one_refusal(b.st(), was, Why::State);
+    was = Reasons(b.st());
+    EXPECT_EQ(fe2.ack(Request::SetVringNum, vs(1, kRingSize / 2)), 1u);
+    expect_one_refusal(b.st(), was, Why::State);
+    // Where the tx ring stands is the device's, not the refused base.
+    ASSERT_TRUE(fe2.msg(Request::GetVringBase, vs(1, 0), {}, false));
+    const auto base = fe2.reply(Request::GetVringBase);
+    ASSERT_TRUE(base);
+    EXPECT_EQ(*base >> 32, 1u);
+}
+
+TEST(VhostUserRules, VringAddrIndexAndARunningRingsAddressesAreRefused) {
+    Bed b("rule_addr");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    negotiate(fe);
+    for (const uint32_t i : {2u, 255u, 0x10000u}) {  // checked before the memory table
+        VringAddr a = g.vring_addr(0);
+        a.index = i;
+        const Reasons was(b.st());
+        EXPECT_EQ(fe.ack(Request::SetVringAddr, a), 1u) << i;
+        expect_one_refusal(b.st(), was, Why::Payload);
+    }
+    fe.close();
+    ASSERT_TRUE(wait_until([&] { return !b.server->connected(); }));
+    FrontEnd fe2(b.cfg.path);
+    full_setup(fe2, g);
+    VringAddr a = g.vring_addr(1);
+    a.used_user_addr += 4096;  // valid, but the ring runs
+    const Reasons was(b.st());
+    EXPECT_EQ(fe2.ack(Request::SetVringAddr, a), 1u);
+    expect_one_refusal(b.st(), was, Why::State);
+    packets_flow(b, g, 1);  // still on its old addresses
+}
+
+TEST(VhostUserRules, FeaturesNeverOfferedAreUnsupported) {
+    Bed b("rule_unoffered");
+    FrontEnd fe(b.cfg.path);
+    negotiate(fe);
+    const uint64_t offered = session_features(*b.dev);
+    for (const uint64_t extra : {bit(63), virtio::feature_mask(virtio::VIRTIO_NET_F_CTRL_VQ)}) {
+        ASSERT_EQ(offered & extra, 0u);
+        const Reasons was(b.st());
+        EXPECT_EQ(fe.ack(Request::SetFeatures, kFeatures | extra), 1u) << extra;
+        expect_one_refusal(b.st(), was, Why::Unsupported);
+    }
+    EXPECT_EQ(fe.ack(Request::SetFeatures, kFeatures), 0u);  // the session goes on
+}
+
+TEST(VhostUserRules, MemTableWithFewerFdsThanRegionsIsAnFdRefusal) {
+    Bed b("rule_memfds");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    negotiate(fe);
+    const uint64_t sz = g.region.size();
+    struct {
+        uint32_t n = 2, pad = 0;
+        MemRegion r[2];
+    } two;
+    two.r[0] = {kGpa, sz / 2, kUva, 0};
+    two.r[1] = {kGpa + sz / 2, sz / 2, kUva + sz / 2, sz / 2};
+    const int mfd = g.region.fd();
+    const int base_fds = count_fds();
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+        const int fds[] = {mfd, mfd, mfd};
+        const Reasons was(b.st());
+        EXPECT_EQ(fe.ack(Request::SetMemTable, two, std::span(fds, n)), 1u) << n;
+        expect_one_refusal(b.st(), was, Why::Fds);
+    }
+    EXPECT_EQ(b.st().mem_tables.get(), 0u);
+    EXPECT_EQ(count_fds(), base_fds);
+    const int fds[] = {mfd, mfd};
+    EXPECT_EQ(fe.ack(Request::SetMemTable, two, fds), 0u);
+    EXPECT_EQ(b.st().mem_tables.get(), 1u);
+}
+
+// More fds than a request can carry overflow the server's control buffer
+// (MSG_CTRUNC): the kernel closed the rest, so the message is not trusted even
+// with NEED_REPLY; the connection closes, the fds that came are closed.
+TEST(VhostUserRules, FdsTruncatedInTransitCloseTheConnection) {
+    Bed b("rule_ctrunc");
+    const int base_fds = count_fds();
+    {
+        FrontEnd fe(b.cfg.path);
+        negotiate(fe);
+        std::vector<notify::EventFd> efds;
+        std::vector<int> fds;
+        for (std::size_t k = 0; k < kMaxFds + 4; ++k) {
+            efds.push_back(std::move(notify::EventFd::create().value()));
+            fds.push_back(efds.back().fd());
+        }
+        ASSERT_TRUE(fe.msg(Request::SetVringCall, uint64_t{0}, fds));
+        EXPECT_TRUE(fe.closed_by_peer());
+    }
+    ASSERT_TRUE(wait_until([&] { return !b.server->connected(); }));
+    EXPECT_EQ(b.st().bad_fds.get(), 1u);
+    EXPECT_EQ(b.st().rejected.get(), 0u);  // refused as it was read, before the session
+    EXPECT_EQ(b.st().replies.get(), 3u);  // negotiate()'s GETs only: no REPLY_ACK
+    EXPECT_EQ(count_fds(), base_fds);
+}
+
+TEST(VhostUserRules, OtherFeaturesWhileRingsRunAreABadState) {
+    Bed b("rule_features");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    full_setup(fe, g);
+    const uint64_t other = kFeatures | virtio::feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX);
+    ASSERT_NE(session_features(*b.dev) & other, 0u);  // offered: only the state refuses it
+    const Reasons was(b.st());
+    EXPECT_EQ(fe.ack(Request::SetFeatures, other), 1u);
+    expect_one_refusal(b.st(), was, Why::State);
+    packets_flow(b, g, 1);
+}
+
+// The ring's guest addresses are checked themselves, not only the host pointers
+// they land on: a region mapped from file offset 8 puts a descriptor table at a
+// guest address 8 mod 16 on a 16-aligned host address.
+TEST(VhostUserRules, MisalignedDescriptorTableGuestAddressOnAnAlignedHostPointer) {
+    Bed b("rule_align");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    negotiate(fe);
+    const int mfd = g.region.fd();
+    OneRegion t;
+    t.r = MemRegion{kGpa, g.region.size() - 4096, kUva, 8};
+    ASSERT_EQ(fe.ack(Request::SetMemTable, t, std::span(&mfd, 1)), 0u);
+    ASSERT_EQ(fe.ack(Request::SetVringNum, vs(0, kRingSize)), 0u);
+    VringAddr a;
+    a.index = 0;
+    a.desc_user_addr = kUva + 8;  // gpa kGpa + 8; host: the mapping's start + 16
+    a.avail_user_addr = kUva + 0x1008;
+    a.used_user_addr = kUva + 0x2008;
+    ASSERT_EQ(fe.ack(Request::SetVringAddr, a), 0u);
+    const int k = g.kick[0].fd();
+    ASSERT_EQ(fe.ack(Request::SetVringKick, uint64_t{0}, std::span(&k, 1)), 0u);
+    const Reasons was(b.st());
+    EXPECT_EQ(fe.ack(Request::SetVringEnable, vs(0, 1)), 1u);
+    expect_one_refusal(b.st(), was, Why::Payload);
+    EXPECT_FALSE(b.dev->vring_started(0));
+    EXPECT_EQ(b.dev->vring_error(0), ring::RingError::RingMisaligned);
+}
+
+// vhost-user.rst "Ring states": a started but disabled ring is processed
+// without side effects: tx consumes and discards (used with 0, counted, never
+// at the port); rx supplies nothing. Enabled again, both move frames.
+TEST(VhostUserServer, DisabledTxRingDiscardsItsFramesDisabledRxSuppliesNothing) {
+    Bed b("disabled");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    full_setup(fe, g);
+    packets_flow(b, g, 1);
+    const uint64_t stopped = b.st().rings_stopped.get();
+    ASSERT_EQ(fe.ack(Request::SetVringEnable, vs(1, 0)), 0u);
+    EXPECT_TRUE(b.dev->vring_started(1));
+    EXPECT_EQ(b.st().rings_stopped.get(), stopped);
+    std::vector<std::byte> frame(60, std::byte{0x5a});
+    for (uint64_t t = 2; t < 5; ++t) {
+        g.transmit(t, frame);
+        ring::UsedBuf u;
+        ASSERT_TRUE(wait_until([&] { return g.q[1]->get_used(u); }));
+        EXPECT_EQ(u.token, t);
+        EXPECT_EQ(u.len, 0u);
+    }
+    EXPECT_EQ(b.dev->stats().tx_discarded.get(), 3u);
+    EXPECT_EQ(b.dev->stats().tx_pkts.get(), 1u);  // packets_flow's frame only
+    EXPECT_FALSE(b.far->rx_pending());
+    ASSERT_EQ(fe.ack(Request::SetVringEnable, vs(1, 1)), 0u);
+    // rx disabled: stopped, the far end's frame waits.
+    ASSERT_EQ(fe.ack(Request::SetVringEnable, vs(0, 0)), 0u);
+    EXPECT_FALSE(b.dev->vring_started(0));
+    g.post_rx(9);
+    const uint32_t len = kHdr + 60;
+    std::vector<std::byte> buf(len);
+    const iovec v{buf.data(), len};
+    ASSERT_EQ(b.far->send(std::span(&v, 1), len), port::SendResult::Sent);
+    ring::UsedBuf u;
+    EXPECT_FALSE(g.q[0]->get_used(u));
+    ASSERT_EQ(fe.ack(Request::SetVringEnable, vs(0, 1)), 0u);
+    ASSERT_TRUE(wait_until([&] { return g.q[0]->get_used(u); }));
+    EXPECT_EQ(u.token, 9u);
+    EXPECT_EQ(u.len, len);
+    packets_flow(b, g, 10);
+    EXPECT_EQ(b.dev->stats().tx_discarded.get(), 3u);
+}
+
+// A tx ring not yet enabled waits with its frames (none discarded in the window
+// between SET_VRING_KICK and SET_VRING_ENABLE 1 that a restart replays under
+// traffic); enabled, it sends them.
+TEST(VhostUserServer, TxRingBeforeItsFirstEnableKeepsItsFrames) {
+    Bed b("notyet");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    negotiate(fe);
+    const int mfd = g.region.fd();
+    ASSERT_EQ(fe.ack(Request::SetMemTable, g.mem_table(), std::span(&mfd, 1)), 0u);
+    for (uint32_t i = 0; i < 2; ++i) {
+        ASSERT_EQ(fe.ack(Request::SetVringNum, vs(i, kRingSize)), 0u);
+        ASSERT_EQ(fe.ack(Request::SetVringAddr, g.vring_addr(i)), 0u);
+        const int k = g.kick[i].fd(), c = g.call[i].fd();
+        ASSERT_EQ(fe.ack(Request::SetVringKick, uint64_t{i}, std::span(&k, 1)), 0u);
+        ASSERT_EQ(fe.ack(Request::SetVringCall, uint64_t{i}, std::span(&c, 1)), 0u);
+    }
+    EXPECT_FALSE(b.dev->vring_started(1));
+    std::vector<std::byte> frame(60);
+    const uint64_t seq = 42;
+    std::memcpy(frame.data(), &seq, sizeof seq);
+    g.transmit(1, frame);
+    ring::UsedBuf u;
+    EXPECT_FALSE(g.q[1]->get_used(u));
+    ASSERT_EQ(fe.ack(Request::SetVringEnable, vs(1, 1)), 0u);
+    ASSERT_TRUE(wait_until([&] { return b.far->rx_pending(); }));
+    std::vector<std::byte> got(4096);
+    const iovec v{got.data(), got.size()};
+    ASSERT_EQ(b.far->recv(std::span(&v, 1)), kHdr + frame.size());
+    uint64_t back = 0;
+    std::memcpy(&back, got.data() + kHdr, sizeof back);
+    EXPECT_EQ(back, seq);
+    EXPECT_EQ(b.dev->stats().tx_discarded.get(), 0u);
 }
 
 TEST(VhostUserServer, UnsupportedWithoutNeedReplyCloses) {
@@ -392,6 +795,122 @@ TEST(VhostUserServer, SecondFrontEndIsRejectedWhileOneIsServed) {
     EXPECT_EQ(b.st().connections.get(), 1u);
 }
 
+namespace {
+
+/// True once a thread of `pid` sleeps in poll()/ppoll() on `nfds` fds (its
+/// /proc/PID/task/TID/syscall line: the number, then the arguments).
+bool in_poll(pid_t pid, unsigned nfds) {
+    const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return false;
+    bool found = false;
+    while (const dirent* e = ::readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        FILE* f = std::fopen((dir + "/" + e->d_name + "/syscall").c_str(), "r");
+        if (f == nullptr) continue;
+        long nr = -1;
+        unsigned long a0 = 0, a1 = 0;
+        if (std::fscanf(f, "%ld %lx %lx", &nr, &a0, &a1) == 3 && a1 == nfds &&
+            (nr == SYS_ppoll
+#ifdef SYS_poll
+             || nr == SYS_poll
+#endif
+             )) {
+            found = true;
+        }
+        std::fclose(f);
+    }
+    ::closedir(d);
+    return found;
+}
+
+/// Every thread of `pid` stopped (state T in /proc/PID/task/TID/stat).
+bool all_stopped(pid_t pid) {
+    const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return false;
+    bool all = true;
+    while (const dirent* e = ::readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        FILE* f = std::fopen((dir + "/" + e->d_name + "/stat").c_str(), "r");
+        char line[512] = {};
+        if (f != nullptr) {
+            if (std::fgets(line, sizeof line, f) == nullptr) line[0] = 0;
+            std::fclose(f);
+        }
+        const char* paren = std::strrchr(line, ')');
+        all = all && paren != nullptr && paren[1] == ' ' && paren[2] == 'T';
+    }
+    ::closedir(d);
+    return all;
+}
+
+bool read_bounded(int fd, void* p, std::size_t n) {
+    pollfd pf{fd, POLLIN, 0};
+    return ::poll(&pf, 1, 10000) == 1 && ::read(fd, p, n) == static_cast<ssize_t>(n);
+}
+
+}  // namespace
+
+// A front-end that closes and connects again at once (QEMU restarting without
+// reconnect=) is served, not taken for a second front-end: the server, in a
+// child process, is frozen in its idle poll while the close and the connect
+// happen, so it wakes to both at once, the hang-up and the knock.
+TEST(VhostUserServer, ReconnectRightAfterACloseIsServedNotRejected) {
+    int ready[2], go[2];
+    ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+    ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        uint64_t counts[2] = {};
+        {
+            Bed b("reconnect");
+            char c = 'r';
+            if (::write(ready[1], &c, 1) != 1) ::_exit(2);
+            (void)read_bounded(go[0], &c, 1);
+            counts[0] = b.st().busy_rejected.get();
+            counts[1] = b.st().connections.get();
+        }
+        ::_exit(::write(ready[1], counts, sizeof counts) == sizeof counts ? 0 : 3);
+    }
+    ::close(ready[1]);
+    ::close(go[0]);
+    const std::string path = socket_path("reconnect", pid);
+    char c = 0;
+    bool stopped = false;
+    uint64_t counts[2] = {~uint64_t{0}, 0};
+    [&] {
+        ASSERT_TRUE(read_bounded(ready[0], &c, 1));
+        FrontEnd first(path);
+        ASSERT_TRUE(first.connected());
+        ASSERT_TRUE(first.get(Request::GetFeatures));
+        // Idle between messages: the poll on the connection, stop fd and listener.
+        ASSERT_TRUE(wait_until([&] { return in_poll(pid, 3); }));
+        ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+        stopped = true;
+        ASSERT_TRUE(wait_until([&] { return all_stopped(pid); }));
+        first.close();
+        FrontEnd second(path);
+        ASSERT_TRUE(second.connected());  // into the backlog
+        ASSERT_EQ(::kill(pid, SIGCONT), 0);
+        stopped = false;
+        EXPECT_TRUE(second.get(Request::GetFeatures));
+    }();
+    if (stopped) ::kill(pid, SIGCONT);
+    c = 'g';
+    EXPECT_EQ(::write(go[1], &c, 1), 1);
+    EXPECT_TRUE(read_bounded(ready[0], counts, sizeof counts));
+    EXPECT_EQ(counts[0], 0u);  // busy_rejected
+    EXPECT_EQ(counts[1], 2u);  // connections
+    int status = 0;
+    EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ::close(ready[0]);
+    ::close(go[1]);
+    ::unlink(path.c_str());
+}
+
 TEST(VhostUserServer, ClientModeConnectsOnceTheFrontEndListens) {
     auto pp = port::PeerPort::create_pair({}, {});
     port::PeerPort* ports[] = {pp->first.get()};
@@ -469,6 +988,46 @@ TEST(VhostUserServer, PathsStaleSocketAndNonSocket) {
     EXPECT_NE(s.error().find(file), std::string::npos);
     EXPECT_EQ(::lstat(file.c_str(), &st), 0);
     ::unlink(file.c_str());
+}
+
+// The stale-socket probe never waits: a live listener that accepts nothing,
+// its backlog full, is "in use" at once (a blocking connect() hung create()).
+TEST(VhostUserServer, StaleSocketProbeDoesNotWaitOnAFullBacklog) {
+    const std::string path = socket_path("fullbacklog");
+    ::unlink(path.c_str());
+    const int l = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(::listen(l, 0), 0);
+    std::vector<int> queued;
+    for (int i = 0; i < 64; ++i) {
+        const int c = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        const bool ok = ::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+        if (!ok) {
+            ::close(c);
+            break;
+        }
+        queued.push_back(c);
+    }
+    ASSERT_FALSE(queued.empty());
+    std::atomic<bool> done{false};
+    Result<int, std::string> got = unexpected(std::string("not run"));
+    std::thread t([&] {
+        got = listen_unix(path, true, 4);
+        done = true;
+    });
+    const bool returned = wait_until([&] { return done.load(); });
+    ::close(l);  // wakes a connect() blocked on the backlog: the thread ends either way
+    t.join();
+    for (const int c : queued) ::close(c);
+    EXPECT_TRUE(returned);
+    ASSERT_FALSE(got);
+    EXPECT_NE(got.error().find("in use"), std::string::npos) << got.error();
+    struct stat st{};
+    EXPECT_EQ(::lstat(path.c_str(), &st), 0);  // a live socket is never removed
+    ::unlink(path.c_str());
 }
 
 }  // namespace

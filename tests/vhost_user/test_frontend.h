@@ -79,8 +79,9 @@ inline int count_maps(const std::string& memfd_name, const std::string& pid = "s
     return n;
 }
 
-inline std::string socket_path(const std::string& tag) {
-    return "/tmp/pvnet_vu_" + std::to_string(::getpid()) + "_" + tag + ".sock";
+/// The socket path a test process `pid` uses for `tag`.
+inline std::string socket_path(const std::string& tag, pid_t pid = ::getpid()) {
+    return "/tmp/pvnet_vu_" + std::to_string(pid) + "_" + tag + ".sock";
 }
 
 /// The test's front-end: one connection, blocking with a receive timeout.

@@ -48,7 +48,8 @@ struct VringSetup {
     const notify::EventFd* kick = nullptr;  ///< driver → device; null: polled only
     const notify::EventFd* call = nullptr;  ///< device → driver; null: no interrupts
     const notify::EventFd* err = nullptr;   ///< signalled once when the ring breaks
-    bool enabled = true;                    ///< vhost-user SET_VRING_ENABLE
+    bool enabled = true;  ///< vhost-user SET_VRING_ENABLE (configure() starts only enabled
+                          ///< vrings; a started disabled tx vring discards its frames)
     /// Grants: how descriptors' buffers are reached (the memory table then
     /// holds only the rings). Null: buffers are guest addresses in the table.
     mem::BufferAccess* buffers = nullptr;

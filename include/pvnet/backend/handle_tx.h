@@ -6,7 +6,9 @@
 // writable. The worker and the direct path (process_tx_now) run this loop
 // under the pair's tx_mu. With VIRTIO_NET_F_HASH_REPORT the driver's header
 // is struct virtio_net_hdr_v1_hash: the port gets the chain without its hash
-// fields (the spec has the device ignore them on tx).
+// fields (the spec has the device ignore them on tx). A started but disabled
+// vring (vhost-user SET_VRING_ENABLE 0) is served the same way, its frames
+// discarded, never handed to the port.
 #pragma once
 
 #include "pvnet/backend/vhost_net.h"
@@ -29,6 +31,7 @@ uint32_t VhostNet<P>::run_tx(Pair& p, bool direct) noexcept {
     bool requeue = false;
     bool retry = false;
     const bool hash_report = hash_report_;  // hoisted: one register test per packet
+    const bool discard = !p.tx.setup.enabled;  // started but disabled (under tx_mu)
     const uint32_t hdr_bytes = kHdrBytes + hdr_extra_;
     for (;;) {
         ring::PopStatus st = ring::PopStatus::Ok;
@@ -40,6 +43,8 @@ uint32_t VhostNet<P>::run_tx(Pair& p, bool direct) noexcept {
             // the virtio_net_hdr. Drop, count, return the chain used with 0.
             if (c.in_num != 0 || c.out_bytes < hdr_bytes) {
                 s.tx_drop_bad_chain.add();
+            } else if (discard) {
+                s.tx_discarded.add();
             } else {
                 std::span<const iovec> src = c.readable();
                 uint32_t len = c.out_bytes;

@@ -161,6 +161,8 @@ struct VhostNetStats {
     Counter tx_drop_bad_chain;  ///< writable part or no header
     Counter tx_drop_port;       ///< the port rejected the packet (it counts why)
     Counter tx_retry;           ///< the port had no room: the chain went back, retried later
+    Counter tx_discarded;       ///< consumed by a started but disabled tx vring: used with 0,
+                                ///< never sent (vhost-user.rst "Ring states")
     Counter rx_drop_bad_chain;  ///< readable part in an rx chain
     Counter rx_drop_no_room;    ///< recv delivered nothing into the buffers given (port counts why)
     Counter rx_port_unwatched;  ///< port fd unwatched: rx stopped for lack of guest buffers
@@ -217,6 +219,10 @@ public:
     Status<DeviceError> set_vring(uint16_t i, const VringSetup& s) noexcept;
     /// A new call fd for a vring, running or not (vhost-user SET_VRING_CALL).
     Status<DeviceError> set_vring_call(uint16_t i, const notify::EventFd* call) noexcept;
+    /// A tx vring, running or not, enabled or disabled (vhost-user SET_VRING_ENABLE):
+    /// a started but disabled one consumes its chains and discards them (used
+    /// with length 0, tx_discarded), as vhost-user.rst's ring states want.
+    Status<DeviceError> set_tx_vring_enabled(uint16_t i, bool enabled) noexcept;
     /// Maps and validates the ring from its setup and the memory table, then
     /// serves it from its base. BadRing: vring_error(i) tells why.
     Status<DeviceError> start_vring(uint16_t i) noexcept;

@@ -14,11 +14,20 @@
 //   before anything changes. Every fd not kept is closed, on every path.
 // - A refused request is answered with a REPLY_ACK failure when REPLY_ACK
 //   was negotiated and NEED_REPLY set (the connection stays), else closes
-//   the connection. Unknown requests follow the same rule.
+//   the connection. Unknown requests follow the same rule. It changes
+//   nothing, except when the device refuses to start the ring a valid
+//   setting completed (the setting stays recorded, the ring stopped).
+// - Requests of a protocol feature are unsupported unless it was
+//   negotiated: GET/SET_INFLIGHT_FD (INFLIGHT_SHMFD), GET/SET_STATUS
+//   (STATUS), NET_SET_MTU (NET_MTU, offered only with a max_mtu).
 // - A vring runs once it has a size, addresses, a memory table, a kick fd
 //   (or the no-fd flag) and is enabled (with PROTOCOL_FEATURES only after
 //   SET_VRING_ENABLE 1). GET_VRING_BASE and disabling stop it; a new kick
-//   restarts it from its base. Every popped chain is used or given back
+//   restarts it from its base. Except a running tx vring: disabled, it is
+//   "started but disabled" (vhost-user.rst "Ring states") and goes on
+//   consuming its frames, discarding them (tx_discarded), until enabled
+//   again. A vring not yet enabled waits (no discard between the kick and
+//   the enable QEMU sends). Every popped chain is used or given back
 //   before a stop, so a stopped ring's used.idx equals its base.
 // - Inflight I/O tracking (INFLIGHT_SHMFD negotiated, else unsupported):
 //   GET_INFLIGHT_FD (num_queues <= the data vrings, queue_size a power of two
@@ -85,6 +94,27 @@ public:
 
     uint16_t mtu() const noexcept { return mtu_; }
 
+    /// What requests change: the negotiated words, each vring's setup and state
+    /// (its fds by number), the memory table and inflight buffer by identity.
+    /// For checks that a refused request changed nothing (the fuzz target).
+    struct VringView {
+        uint16_t num, base;
+        bool has_addr, kick_set, enabled, started;
+        uint64_t desc, avail, used;
+        int kick, call, err;
+        bool operator==(const VringView&) const = default;
+    };
+    struct Snapshot {
+        uint64_t features, protocol_features, status;
+        bool features_set;
+        uint16_t mtu;
+        std::vector<VringView> vrings;
+        const void* mem;
+        const void* inflight;
+        bool operator==(const Snapshot&) const = default;
+    };
+    Snapshot snapshot() const;
+
 private:
     /// The fds of one request: handlers take what they keep; the rest are
     /// closed when it goes out of scope.
@@ -130,6 +160,8 @@ private:
     void stop(uint16_t i) noexcept;
     void stop_all_and_reset() noexcept;
     bool ring_enabled(const Vring& v) const noexcept;
+    /// A data vring the guest transmits on (odd index).
+    bool is_tx(uint16_t i) const noexcept;
     bool any_started() const noexcept;
     bool user_to_guest(uint64_t uva, uint64_t& gpa) const noexcept;
 

@@ -17,9 +17,14 @@
 // ring stands: the bases GET_VRING_BASE returned after a stop(), else the
 // rings' used.idx, since what a dead back-end popped and never used is
 // unknown to the driver. With INFLIGHT_SHMFD the back-end records those
-// descriptors in a buffer the Frontend keeps across restarts
-// (GET_INFLIGHT_FD once, SET_INFLIGHT_FD on every start): the next back-end
-// completes them as dropped instead of using them a second time. Without
+// descriptors in a buffer the Frontend keeps across restarts of one device
+// (GET_INFLIGHT_FD at start(), SET_INFLIGHT_FD on every start and reconnect):
+// the next back-end completes them as dropped instead of using them a second
+// time. The buffer belongs to the rings it logged: start() (new rings, maybe
+// another layout) and a reconnect() after a clean stop() (nothing in flight)
+// get a fresh one; only a reconnect() after a lost back-end replays it. The
+// spec's one queue_size describes every queue's log, so with INFLIGHT_SHMFD
+// start() refuses data vrings of different sizes (FrontendFail::Layout). Without
 // it, a transmit buffer the dead back-end had sent but not yet marked used
 // is sent again (docs/vhost-user.md, "Restarting the backend").
 #pragma once
@@ -53,6 +58,8 @@ enum class FrontendFail : uint8_t {
     BadFds,        ///< fds with a reply that carries none, the wrong count, or truncated
     BadPayload,    ///< a reply's content is impossible (an inflight buffer of the wrong size)
     Nack,          ///< REPLY_ACK non-zero: the back-end refused the request
+    Layout,        ///< the device's rings cannot be handed over as they are (sizes differ
+                   ///< with INFLIGHT_SHMFD: one queue_size describes every log)
     Unexpected,    ///< a message nothing asked for
     Features,      ///< a feature the device needs is not offered (or no longer, after a restart)
     Io,            ///< sending failed
@@ -121,9 +128,10 @@ public:
     /// (CTRL_VQ with NOTF_COAL: DPDK offers the first alone).
     Result<uint64_t, FrontendError> connect(uint64_t wanted, uint64_t all_or_none = 0) noexcept;
 
-    /// Hands the device to the back-end: the memory table, the inflight
+    /// Hands the device to the back-end: the memory table, a fresh inflight
     /// buffer, then every vring of `dev` (features: what connect returned;
     /// fds and memory must outlive the connection). The back-end runs after it.
+    /// With INFLIGHT_SHMFD every data vring must have the same size (Layout).
     Status<FrontendError> start(const backend::DeviceSetup& dev, const GuestMemory& mem) noexcept;
 
     /// GET_VRING_BASE on every vring: the back-end stops each at a
