@@ -251,6 +251,7 @@ Result<std::unique_ptr<Netfront>, std::string> Netfront::connect(const NetfrontC
     h.remote_base = reinterpret_cast<uint64_t>(m.data.host());
     h.rx_ring_off = rx_off;
     h.tx_ring_off = tx_off;
+    if (cfg.edit_hello) cfg.edit_hello(h);
     const int fds[kHelloFds] = {m.shared.fd(), m.data.fd(), m.rx_kick.fd(),
                                 m.rx_call.fd(), m.tx_kick.fd(), m.tx_call.fd()};
     if (auto s = send_msg(m.sock, std::as_bytes(std::span(&h, 1)), fds); !s) {

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pvnet/backend/net_device.h"
 #include "pvnet/grant/xenbus.h"
@@ -51,17 +52,28 @@ public:
     /// (and each refused guest's error line), from the guest's thread.
     void run(const std::atomic<bool>& stop, const std::function<void(const std::string&)>& report);
 
-    /// Connections refused (a bad hello, fds, or handshake).
+    /// Connections refused (a bad hello, fds, or handshake; with process-vm
+    /// copies a pid or remote_base that is not the peer's; no memory, thread
+    /// or mapping left to serve it).
     uint64_t refused() const noexcept { return refused_.load(); }
+    /// Guests served, then dropped for want of memory (their device stopped).
+    uint64_t guest_errors() const noexcept { return guest_errors_.load(); }
 
 private:
     explicit Netback(const NetbackConfig& cfg, int listen_fd) : cfg_(cfg), listen_fd_(listen_fd) {}
+    /// serve() for one connection; what it throws (std::bad_alloc, a thread
+    /// that cannot start) is a refusal or a guest error, never std::terminate.
     void serve_guest(int conn, const std::atomic<bool>& stop,
-                     const std::function<void(const std::string&)>& report);
+                     const std::function<void(const std::string&)>& report) noexcept;
+    /// Checks the hello, runs the device until the guest goes, reports.
+    /// `fds`: the hello's, closed by the caller; `acked` once the ack is sent.
+    void serve(int conn, std::vector<int>& fds, bool& acked, const std::atomic<bool>& stop,
+               const std::function<void(const std::string&)>& report);
 
     NetbackConfig cfg_;
     int listen_fd_;
     std::atomic<uint64_t> refused_{0};
+    std::atomic<uint64_t> guest_errors_{0};
 };
 
 }  // namespace pvnet::grant
