@@ -158,11 +158,11 @@ GrantCopier::~GrantCopier() {
 bool GrantCopier::copy(const PinnedGrant& g, std::byte* local, uint32_t len,
                        bool to_frontend) noexcept {
     const uint64_t off = (uint64_t{g.frame} << kGrantPageShift) + g.offset;
-    GrantPeer* const peer = src_.peer;
-    if (failed_ || (via_ == CopyVia::ProcessVm && (peer == nullptr || peer->gone()))) {
+    if (stopped()) {
         src_.refs->count(GrantError::CopyStopped);
         return false;
     }
+    GrantPeer* const peer = src_.peer;
     ssize_t n;
     if (via_ == CopyVia::Pread) {
         n = to_frontend ? ::pwrite(src_.data_fd, local, len, static_cast<off_t>(off))
@@ -195,6 +195,11 @@ bool GrantCopier::copy(const PinnedGrant& g, std::byte* local, uint32_t len,
 
 bool GrantCopier::map(uint16_t head, uint64_t addr, uint32_t len, bool writable,
                       iovec& out) noexcept {
+    // Stopped: every request is refused, so the ring breaks the queue.
+    if (stopped()) {
+        src_.refs->count(GrantError::CopyStopped);
+        return false;
+    }
     // A grant copy holds the grant only while it copies: validated now,
     // and again when rx data is copied back.
     auto g = src_.refs->pin(addr, len, writable);

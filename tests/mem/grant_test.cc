@@ -334,12 +334,18 @@ TEST(GrantCopierProcessVm, AFailedCopyMarksThePeerGoneAndNoLaterCopyNamesIt) {
     EXPECT_FALSE(tx.map(0, grant_addr(r, 0), 64, false, v));
     EXPECT_EQ(g.refs.errors().get(GrantError::SystemError), 1u);
     EXPECT_TRUE(peer.gone()) << "a failed copy: the pid may be another process's soon";
-    // The other direction's copier names the pid no more either.
-    ASSERT_TRUE(rx.map(0, grant_addr(r, 0), 64, true, v));
-    rx.unmap(0, 64);
+    // The other direction's copier names the pid no more either: a chain
+    // it holds is not copied back, and a new one is refused.
+    GrantPeer alive{getpid(), reinterpret_cast<uint64_t>(g.data.host()), g.data.size()};
+    GrantCopier rx2(GrantSource{&g.refs, g.data.fd(), &alive}, kRing, CopyVia::ProcessVm);
+    ASSERT_TRUE(rx2.map(0, grant_addr(r, 0), 64, true, v));
+    alive.set_gone();  // its process exits while the chain is out
+    rx2.unmap(0, 64);
+    EXPECT_EQ(rx2.stats().copy_syscalls.get(), 0u);
+    EXPECT_EQ(rx2.stats().copy_back_failed.get(), 1u);
+    EXPECT_FALSE(rx.map(0, grant_addr(r, 0), 64, true, v));
     EXPECT_EQ(rx.stats().copy_syscalls.get(), 0u);
-    EXPECT_EQ(rx.stats().copy_back_failed.get(), 1u);
-    EXPECT_EQ(g.refs.errors().get(GrantError::CopyStopped), 1u);
+    EXPECT_EQ(g.refs.errors().get(GrantError::CopyStopped), 2u);
     EXPECT_EQ(g.refs.pinned(), 0u);
     ::munmap(hole, g.data.size());
 }

@@ -154,6 +154,9 @@ private:
     /// One kernel copy between the frontend's page and `local`; a failure
     /// (counted) stops every later copy, and a process_vm one the peer's too.
     bool copy(const PinnedGrant& g, std::byte* local, uint32_t len, bool to_frontend) noexcept;
+    bool stopped() const noexcept {
+        return failed_ || (via_ == CopyVia::ProcessVm && (src_.peer == nullptr || src_.peer->gone()));
+    }
     CopyVia via_;
     bool failed_ = false;
     std::byte* bounce_ = nullptr;  ///< a page per segment, backend memory
