@@ -142,6 +142,13 @@ TEST(GrantHostileHello, EachBadHelloIsRefusedByNameAndTheBackendServesOn) {
                                  O_RDONLY | O_CLOEXEC);
     ASSERT_GE(read_only, 0);
     const int huge = sealed(MFD_HUGETLB, 2u << 20, F_SEAL_SHRINK);  // -1: no hugetlbfs here
+    const auto with_data_fd = [](int fd) {
+        return [fd](Door& d, Hello& h) {
+            auto f = h.fds();
+            f[kDataFd] = fd;
+            return d.knock(h.bytes(), f);
+        };
+    };
     const Case cases[] = {
         {"short", [](Door& d, Hello& h) { const auto f = h.fds(); return d.knock(h.bytes().first(10), f); },
          "10 bytes"},
@@ -169,34 +176,11 @@ TEST(GrantHostileHello, EachBadHelloIsRefusedByNameAndTheBackendServesOn) {
              return d.knock(h.bytes(), f);
          },
          "not an eventfd"},
-        {"data memfd unsealed",
-         [&](Door& d, Hello& h) {
-             auto f = h.fds();
-             f[kDataFd] = unsealed;
-             return d.knock(h.bytes(), f);
-         },
-         "not sealed"},
+        {"data memfd unsealed", with_data_fd(unsealed), "not sealed"},
         {"data memfd short", with([](Hello& h) { h.h.data_bytes = 1u << 20; }), "shorter"},
-        {"data memfd sealed against writing",
-         [&](Door& d, Hello& h) {
-             auto f = h.fds();
-             f[kDataFd] = write_sealed;
-             return d.knock(h.bytes(), f);
-         },
-         "sealed against writing"},
-        {"data memfd open read-only",
-         [&](Door& d, Hello& h) {
-             auto f = h.fds();
-             f[kDataFd] = read_only;
-             return d.knock(h.bytes(), f);
-         },
-         "not open for writing"},
-        {"data memfd of huge pages",
-         [&](Door& d, Hello& h) {
-             auto f = h.fds();
-             f[kDataFd] = huge >= 0 ? huge : write_sealed;
-             return d.knock(h.bytes(), f);
-         },
+        {"data memfd sealed against writing", with_data_fd(write_sealed), "sealed against writing"},
+        {"data memfd open read-only", with_data_fd(read_only), "not open for writing"},
+        {"data memfd of huge pages", with_data_fd(huge >= 0 ? huge : write_sealed),
          huge >= 0 ? "hugetlbfs" : "sealed against writing"},
         {"shared memfd short", with([](Hello& h) { h.h.shared_bytes = 1u << 20; }),
          "shared memfd"},
@@ -329,16 +313,19 @@ void process_vm_copies(NetbackConfig& c) {
     c.copy_via = mem::CopyVia::ProcessVm;
 }
 
-NetfrontConfig frontend(const Door& d, uint16_t domid) {
+/// A frontend of the backend whose socket and store are in `dir`.
+NetfrontConfig frontend(const std::string& dir, uint16_t domid) {
     NetfrontConfig fc;
-    fc.socket_path = d.dir.path() + "/nb.sock";
-    fc.store_dir = d.dir.path() + "/store";
+    fc.socket_path = dir + "/nb.sock";
+    fc.store_dir = dir + "/store";
     fc.domid = domid;
     fc.ring_size = 64;
     fc.offer_persistent = false;
     fc.handshake_ms = 1000;  // a refused hello is only seen as a handshake that never comes
     return fc;
 }
+
+NetfrontConfig frontend(const Door& d, uint16_t domid) { return frontend(d.dir.path(), domid); }
 
 /// The backend's report line that contains `what`, waiting at most `ms`.
 std::string line_with(Door& d, const std::string& what, int ms) {
@@ -623,14 +610,7 @@ TEST(GrantHostileBackend, ExhaustedMapCountRefusesGuestsButNeverEndsTheBackend) 
     for (const std::size_t h : headroom) {
         SCOPED_TRACE("mappings left: " + std::to_string(h));
         ASSERT_EQ(from_b.get(20000), "full");
-        NetfrontConfig fc;
-        fc.socket_path = dir.path() + "/nb.sock";
-        fc.store_dir = dir.path() + "/store";
-        fc.domid = domid++;
-        fc.ring_size = 64;
-        fc.offer_persistent = false;
-        fc.handshake_ms = 1000;
-        if (auto nf = Netfront::connect(fc)) {
+        if (auto nf = Netfront::connect(frontend(dir.path(), domid++))) {
             (void)(*nf)->run(Direction::Tx, 64, 500ms);  // may break: no mapping for a grant
             (*nf)->close();
         }
@@ -639,12 +619,8 @@ TEST(GrantHostileBackend, ExhaustedMapCountRefusesGuestsButNeverEndsTheBackend) 
     }
     ASSERT_EQ(from_b.get(20000), "free");
     // Mappings back: the same backend serves a guest in full.
-    NetfrontConfig fc;
-    fc.socket_path = dir.path() + "/nb.sock";
-    fc.store_dir = dir.path() + "/store";
-    fc.domid = domid;
-    fc.ring_size = 64;
-    fc.offer_persistent = false;
+    NetfrontConfig fc = frontend(dir.path(), domid);
+    fc.handshake_ms = 5000;
     auto nf = Netfront::connect(fc);
     EXPECT_TRUE(nf.has_value()) << nf.error();
     if (nf) {
