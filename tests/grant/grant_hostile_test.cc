@@ -457,7 +457,8 @@ TEST(GrantHostileProcessVm, ARemoteBaseThatIsNotThePeersSharedMappingOfTheMemfdI
             door.lines.clear();
         }
         const pid_t child = spawn([&] {
-            NetfrontConfig fc = quick(6);
+            // A domid each: a frontend that gave up leaves its state Closing.
+            NetfrontConfig fc = quick(static_cast<uint16_t>(10 + n));
             fc.edit_hello = c.spoil;
             return Netfront::connect(fc) ? 1 : 0;
         });
