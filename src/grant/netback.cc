@@ -60,7 +60,9 @@ std::optional<std::string> check_data_fd(int fd, uint64_t bytes) {
     if (static_cast<uint64_t>(st.st_size) < bytes) return "data memfd shorter than data_bytes";
     const int seals = ::fcntl(fd, F_GET_SEALS);
     if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) return "data memfd not sealed against shrinking";
-    if ((seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0) return "data memfd sealed against writing";
+    if ((seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0) {
+        return "data memfd sealed against writing";
+    }
     if ((::fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDWR) return "data memfd not open for writing";
     struct statfs fs{};
     if (::fstatfs(fd, &fs) != 0 || fs.f_type == HUGETLBFS_MAGIC) {
@@ -332,7 +334,9 @@ void Netback::serve(int conn, std::vector<int>& fds, bool& acked, const std::ato
     };
 
     mem::MemoryTable table;
-    if (!table.add(mem::GuestAddr(0), shared->bytes())) return refuse_closing("shared memory table");
+    if (!table.add(mem::GuestAddr(0), shared->bytes())) {
+        return refuse_closing("shared memory table");
+    }
     mem::GrantRefs refs(shared->bytes().first(uint64_t{h.grant_entries} * sizeof(mem::GrantEntry)),
                         0, h.data_bytes / mem::kGrantPageBytes);
     const mem::GrantSource src{&refs, fds[kDataFd], peer.vm ? &*peer.vm : nullptr};

@@ -28,7 +28,9 @@ Status<std::string> check_peer_mapping(pid_t pid, uint64_t base, uint64_t bytes,
         return unexpected("remote_base " + hex(base) + " is not page-aligned or wraps");
     }
     struct stat st{};
-    if (::fstat(data_fd, &st) != 0) return unexpected(std::string("fstat data memfd: ") + std::strerror(errno));
+    if (::fstat(data_fd, &st) != 0) {
+        return unexpected(std::string("fstat data memfd: ") + std::strerror(errno));
+    }
     const std::string path = "/proc/" + std::to_string(pid) + "/maps";
     FILE* f = std::fopen(path.c_str(), "re");
     if (f == nullptr) return unexpected("open " + path + ": " + std::strerror(errno));

@@ -7,6 +7,11 @@
 // persistent (mem/grant_access.h), one BufferAccess per vring. The device,
 // its rings and its handlers are the same code in every mode.
 //
+// With process_vm copies the guest is the process at the other end of its
+// socket: the hello's pid and remote_base must be that process's and its
+// mapping of the data memfd (mem/grant_peer.h), and the guest ends when
+// that process exits, so no copy can reach whoever gets its pid next.
+//
 // When a guest hangs up, its device stops, every grant is unmapped and
 // released, and one report line is printed:
 //   guest domid=<d> mode=<m> <key>=<value> ...

@@ -155,7 +155,8 @@ private:
     /// (counted) stops every later copy, and a process_vm one the peer's too.
     bool copy(const PinnedGrant& g, std::byte* local, uint32_t len, bool to_frontend) noexcept;
     bool stopped() const noexcept {
-        return failed_ || (via_ == CopyVia::ProcessVm && (src_.peer == nullptr || src_.peer->gone()));
+        return failed_ ||
+               (via_ == CopyVia::ProcessVm && (src_.peer == nullptr || src_.peer->gone()));
     }
     CopyVia via_;
     bool failed_ = false;
