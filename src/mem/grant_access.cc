@@ -158,8 +158,11 @@ GrantCopier::~GrantCopier() {
 bool GrantCopier::copy(const PinnedGrant& g, std::byte* local, uint32_t len,
                        bool to_frontend) noexcept {
     const uint64_t off = (uint64_t{g.frame} << kGrantPageShift) + g.offset;
+    // A copy back that fails is counted by the caller (copy_back_failed)
+    // only: the peer may have gone at teardown, with rx buffers still posted.
+    const bool request = !to_frontend;
     if (stopped()) {
-        src_.refs->count(GrantError::CopyStopped);
+        if (request) src_.refs->count(GrantError::CopyStopped);
         return false;
     }
     GrantPeer* const peer = src_.peer;
@@ -182,7 +185,7 @@ bool GrantCopier::copy(const PinnedGrant& g, std::byte* local, uint32_t len,
     }
     stats_.copy_syscalls.add();
     if (n != static_cast<ssize_t>(len)) {
-        src_.refs->count(GrantError::SystemError);
+        if (request) src_.refs->count(GrantError::SystemError);
         failed_ = true;
         // The process is gone or has changed its memory: its pid may be
         // another's soon, so neither direction names it again.
