@@ -132,8 +132,8 @@ void add_grant_commands(CLI::App& app) {
         ->transform(on_off())
         ->capture_default_str();
     back->add_option("--copy-via", bo->copy_via,
-                     "How copy mode copies (process-vm: only into the connecting process's own "
-                     "mapping of its data memfd, checked at the hello; needs Linux 6.5)")
+                     "How copy mode copies (process-vm: only the connected process's checked "
+                     "mapping of its memory; Linux 6.5)")
         ->check(CLI::IsMember({"pread", "process-vm"}))
         ->capture_default_str();
     back->add_option("--duration", bo->duration_s, "Seconds to serve (0: until SIGINT/SIGTERM)")
