@@ -63,14 +63,26 @@ void run_grant_back(BackOpts o) {
                 o.fallback.c_str(), o.persistent ? "on" : "off", o.copy_via.c_str());
     std::fflush(stdout);
     std::mutex out_mu;
-    (*nb)->run(stop, [&](const std::string& line) {
-        const std::lock_guard g(out_mu);
-        std::printf("%s\n", line.c_str());
-        std::fflush(stdout);
-    });
-    stop.store(true);
-    watch.join();
-    std::printf("final refused=%llu\n", static_cast<unsigned long long>((*nb)->refused()));
+    // Joined however run() ends: a joinable thread's destructor is std::terminate.
+    struct Joined {
+        std::atomic<bool>& stop;
+        std::thread& t;
+        ~Joined() {
+            stop.store(true);
+            t.join();
+        }
+    };
+    {
+        const Joined joined{stop, watch};
+        (*nb)->run(stop, [&](const std::string& line) {
+            const std::lock_guard g(out_mu);
+            std::printf("%s\n", line.c_str());
+            std::fflush(stdout);
+        });
+    }
+    std::printf("final refused=%llu guest_errors=%llu\n",
+                static_cast<unsigned long long>((*nb)->refused()),
+                static_cast<unsigned long long>((*nb)->guest_errors()));
 }
 
 void print_phase(const char* dir, grant::GrantMode mode, const grant::PhaseResult& r) {
@@ -119,7 +131,9 @@ void add_grant_commands(CLI::App& app) {
                      "Offer feature-persistent-grants (on|off)")
         ->transform(on_off())
         ->capture_default_str();
-    back->add_option("--copy-via", bo->copy_via, "How copy mode copies")
+    back->add_option("--copy-via", bo->copy_via,
+                     "How copy mode copies (process-vm: only the connected process's checked "
+                     "mapping of its memory; Linux 6.5)")
         ->check(CLI::IsMember({"pread", "process-vm"}))
         ->capture_default_str();
     back->add_option("--duration", bo->duration_s, "Seconds to serve (0: until SIGINT/SIGTERM)")

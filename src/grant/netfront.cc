@@ -251,27 +251,42 @@ Result<std::unique_ptr<Netfront>, std::string> Netfront::connect(const NetfrontC
     h.remote_base = reinterpret_cast<uint64_t>(m.data.host());
     h.rx_ring_off = rx_off;
     h.tx_ring_off = tx_off;
+    if (cfg.edit_hello) cfg.edit_hello(h);
     const int fds[kHelloFds] = {m.shared.fd(), m.data.fd(), m.rx_kick.fd(),
                                 m.rx_call.fd(), m.tx_kick.fd(), m.tx_call.fd()};
     if (auto s = send_msg(m.sock, std::as_bytes(std::span(&h, 1)), fds); !s) {
         return unexpected("hello: " + s.error());
     }
     const auto deadline = Clock::now() + std::chrono::milliseconds(cfg.handshake_ms);
+    // The backend's answer: its ack, or the refusal it sends at once when
+    // the hello does not pass (the store then never moves).
+    const auto read_ack = [&](int timeout_ms) -> Result<GrantAck, std::string> {
+        std::vector<int> got;
+        auto reply = recv_msg(m.sock, sizeof(GrantAck), got, timeout_ms);
+        for (const int fd : got) ::close(fd);
+        if (!reply) return unexpected("ack: " + reply.error());
+        GrantAck a;
+        if (reply->size() != sizeof a) return unexpected(std::string("ack: wrong size"));
+        std::memcpy(&a, reply->data(), sizeof a);
+        a.error.back() = '\0';
+        a.mode.back() = '\0';
+        return a;
+    };
+    const auto refused = [](const GrantAck& a) {
+        return a.magic != kHelloMagic || a.ok != 1;
+    };
     auto mode = frontend_handshake(*m.store, cfg.domid, cfg.offer_persistent, deadline);
-    if (!mode) return unexpected("handshake: " + mode.error());
-    m.mode = *mode;
-    std::vector<int> got;
-    auto reply = recv_msg(m.sock, sizeof(GrantAck), got, cfg.handshake_ms);
-    for (const int fd : got) ::close(fd);
-    if (!reply) return unexpected("ack: " + reply.error());
-    GrantAck ack;
-    if (reply->size() != sizeof ack) return unexpected(std::string("ack: wrong size"));
-    std::memcpy(&ack, reply->data(), sizeof ack);
-    ack.error.back() = '\0';
-    ack.mode.back() = '\0';
-    if (ack.magic != kHelloMagic || ack.ok != 1) {
-        return unexpected("backend refused: " + std::string(ack.error.data()));
+    if (!mode) {
+        if (auto early = read_ack(0); early && refused(*early)) {
+            return unexpected("backend refused: " + std::string(early->error.data()));
+        }
+        return unexpected("handshake: " + mode.error());
     }
+    m.mode = *mode;
+    auto reply = read_ack(cfg.handshake_ms);
+    if (!reply) return unexpected(reply.error());
+    const GrantAck& ack = *reply;
+    if (refused(ack)) return unexpected("backend refused: " + std::string(ack.error.data()));
     if (std::string(ack.mode.data()) != to_string(m.mode)) {
         return unexpected("backend runs " + std::string(ack.mode.data()) + ", the store says " +
                           to_string(m.mode));

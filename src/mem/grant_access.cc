@@ -8,29 +8,65 @@
 
 namespace pvnet::mem {
 
-GuardedSlots::GuardedSlots(uint32_t n) : bytes_((2u * std::size_t{n} + 1u) * kGrantPageBytes) {
+GuardedSlots::GuardedSlots(uint32_t n, Counter& lost)
+    : bytes_((2u * std::size_t{n} + 1u) * kGrantPageBytes), n_(n), lost_(n, false),
+      lost_count_(lost) {
     void* p = ::mmap(nullptr, bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p != MAP_FAILED) base_ = static_cast<std::byte*>(p);
 }
 
 GuardedSlots::~GuardedSlots() {
-    if (base_ != nullptr) ::munmap(base_, bytes_);
+    if (base_ == nullptr) return;
+    // Around the lost slots: what fills them is not ours to unmap.
+    std::byte* from = base_;
+    for (uint32_t i = 0; i < n_; ++i) {
+        if (!lost_[i]) continue;
+        ::munmap(from, static_cast<std::size_t>(page(i) - from));
+        from = page(i) + kGrantPageBytes;
+    }
+    ::munmap(from, static_cast<std::size_t>(base_ + bytes_ - from));
+}
+
+void GuardedSlots::restore_guard(uint32_t i) noexcept {
+    // Only into a hole: whatever else is there (our guard, kept by a kernel
+    // that undoes a failed MAP_FIXED, or someone's mapping that took the
+    // hole) is left alone, and the slot with it.
+    void* p = ::mmap(page(i), kGrantPageBytes, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == page(i)) return;
+    if (p != MAP_FAILED) ::munmap(p, kGrantPageBytes);  // a kernel that took it as a hint
+    lost_[i] = true;
+    lost_count_.add();
 }
 
 bool GuardedSlots::map(uint32_t i, int fd, uint32_t frame, bool writable) noexcept {
+    if (!ok() || lost(i)) return false;
     // MAP_POPULATE: the page-table entry is made here, as a grant map
     // hypercall makes it, not by a fault on first touch.
     void* p = ::mmap(page(i), kGrantPageBytes, writable ? PROT_READ | PROT_WRITE : PROT_READ,
                      MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd,
                      static_cast<off_t>(uint64_t{frame} << kGrantPageShift));
-    return p != MAP_FAILED;
+    if (p != MAP_FAILED) return true;
+    restore_guard(i);
+    return false;
 }
 
-void GuardedSlots::unmap(uint32_t i) noexcept {
+bool GuardedSlots::unmap(uint32_t i) noexcept {
     // Replacing the mapping drops the frontend's page and restores the
     // guard in one call.
-    (void)::mmap(page(i), kGrantPageBytes, PROT_NONE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    if (::mmap(page(i), kGrantPageBytes, PROT_NONE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) != MAP_FAILED) {
+        return true;
+    }
+    // Then in two: the page's own mapping goes whole (no split, so no new
+    // mapping is needed), and the guard comes back into the hole.
+    if (::munmap(page(i), kGrantPageBytes) != 0) {
+        lost_[i] = true;
+        lost_count_.add();
+        return false;
+    }
+    restore_guard(i);
+    return true;
 }
 
 GrantAccess::GrantAccess(const GrantSource& src, uint16_t ring_size)
@@ -73,7 +109,7 @@ void GrantAccess::unmap_all() noexcept {
 
 GrantMapper::GrantMapper(const GrantSource& src, uint16_t ring_size)
     : GrantAccess(src, ring_size),
-      slots_(static_cast<uint32_t>(ring_size) * kMaxGrantsPerChain) {}
+      slots_(static_cast<uint32_t>(ring_size) * kMaxGrantsPerChain, stats_.slots_lost) {}
 
 GrantMapper::~GrantMapper() { unmap_all(); }
 
@@ -98,9 +134,9 @@ bool GrantMapper::map(uint16_t head, uint64_t addr, uint32_t len, bool writable,
 }
 
 void GrantMapper::release(Seg& s, uint32_t) noexcept {
-    slots_.unmap(s.slot);
     stats_.unmap_syscalls.add();
-    src_.refs->unpin(s.g.ref, s.g.write);
+    // Still mapped: held for good, so the frontend never reuses the page.
+    if (slots_.unmap(s.slot)) src_.refs->unpin(s.g.ref, s.g.write);
 }
 
 // ---- copy: the kernel copies, nothing of the frontend is mapped -------------
@@ -122,35 +158,63 @@ GrantCopier::~GrantCopier() {
 bool GrantCopier::copy(const PinnedGrant& g, std::byte* local, uint32_t len,
                        bool to_frontend) noexcept {
     const uint64_t off = (uint64_t{g.frame} << kGrantPageShift) + g.offset;
+    // A copy back that fails is counted by the caller (copy_back_failed)
+    // only: the peer may have gone at teardown, with rx buffers still posted.
+    const bool request = !to_frontend;
+    if (stopped()) {
+        if (request) src_.refs->count(GrantError::CopyStopped);
+        return false;
+    }
+    GrantPeer* const peer = src_.peer;
     ssize_t n;
     if (via_ == CopyVia::Pread) {
         n = to_frontend ? ::pwrite(src_.data_fd, local, len, static_cast<off_t>(off))
                         : ::pread(src_.data_fd, local, len, static_cast<off_t>(off));
     } else {
+        // Inside the range checked to be the peer's mapping of the memfd,
+        // whatever the grant's frame says.
+        if (off > peer->bytes() || len > peer->bytes() - off) {
+            src_.refs->count(GrantError::OutsidePeer);
+            failed_ = true;
+            return false;
+        }
         const iovec l{local, len};
-        const iovec r{reinterpret_cast<void*>(src_.remote_base + off), len};
-        n = to_frontend ? ::process_vm_writev(src_.pid, &l, 1, &r, 1, 0)
-                        : ::process_vm_readv(src_.pid, &l, 1, &r, 1, 0);
+        const iovec r{reinterpret_cast<void*>(peer->base() + off), len};
+        n = to_frontend ? ::process_vm_writev(peer->pid(), &l, 1, &r, 1, 0)
+                        : ::process_vm_readv(peer->pid(), &l, 1, &r, 1, 0);
     }
     stats_.copy_syscalls.add();
-    if (n != static_cast<ssize_t>(len)) return false;
+    if (n != static_cast<ssize_t>(len)) {
+        if (request) src_.refs->count(GrantError::SystemError);
+        failed_ = true;
+        // The process is gone or has changed its memory: its pid may be
+        // another's soon, so neither direction names it again.
+        if (via_ == CopyVia::ProcessVm) peer->set_gone();
+        return false;
+    }
     stats_.copy_bytes.add(len);
     return true;
 }
 
 bool GrantCopier::map(uint16_t head, uint64_t addr, uint32_t len, bool writable,
                       iovec& out) noexcept {
+    // Stopped: every request is refused, so the ring breaks the queue.
+    if (stopped()) {
+        src_.refs->count(GrantError::CopyStopped);
+        return false;
+    }
     // A grant copy holds the grant only while it copies: validated now,
     // and again when rx data is copied back.
     auto g = src_.refs->pin(addr, len, writable);
     if (!g) return false;
     const uint32_t i = add_seg(head);
-    bool ok = i != kNone && bounce_ != nullptr;
-    std::byte* local = ok ? bounce_ + std::size_t{i} * kGrantPageBytes : nullptr;
-    if (ok && !writable && !copy(*g, local, len, false)) {
+    bool ok = i != kNone;
+    if (ok && bounce_ == nullptr) {
         src_.refs->count(GrantError::SystemError);
         ok = false;
     }
+    std::byte* local = ok ? bounce_ + std::size_t{i} * kGrantPageBytes : nullptr;
+    if (ok && !writable && !copy(*g, local, len, false)) ok = false;
     src_.refs->unpin(g->ref, writable);
     if (!ok) {
         if (i != kNone) --count_[head];
@@ -181,7 +245,7 @@ void GrantCopier::release(Seg& s, uint32_t written) noexcept {
 
 PersistentGrantPool::PersistentGrantPool(const GrantSource& src, uint16_t ring_size)
     : GrantAccess(src, ring_size),
-      slots_(ring_size),
+      slots_(ring_size, stats_.slots_lost),
       entries_(ring_size),
       entry_of_ref_(src.refs->size(), kNone) {}
 
@@ -195,10 +259,12 @@ void PersistentGrantPool::release_all() noexcept {
 void PersistentGrantPool::drop(uint32_t e) noexcept {
     Entry& en = entries_[e];
     if (!en.valid) return;
-    slots_.unmap(e);
     stats_.unmap_syscalls.add();
-    src_.refs->unpin(en.g.ref, false);
-    if (en.g.write) src_.refs->unpin(en.g.ref, true);
+    // Still mapped: held for good, so the frontend never reuses the page.
+    if (slots_.unmap(e)) {
+        src_.refs->unpin(en.g.ref, false);
+        if (en.g.write) src_.refs->unpin(en.g.ref, true);
+    }
     entry_of_ref_[en.g.ref] = kNone;
     en.valid = false;
     --mapped_;
@@ -208,6 +274,7 @@ uint32_t PersistentGrantPool::victim() noexcept {
     uint32_t best = kNone;
     for (uint32_t e = 0; e < entries_.size(); ++e) {
         const Entry& en = entries_[e];
+        if (slots_.lost(e)) continue;
         if (!en.valid) return e;
         if (en.in_use == 0 && (best == kNone || en.last_use < entries_[best].last_use)) best = e;
     }

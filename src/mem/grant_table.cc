@@ -16,6 +16,8 @@ std::string_view to_string(GrantError e) noexcept {
         case GrantError::TooManySegments: return "too many grants in one chain";
         case GrantError::PoolFull: return "persistent grant pool full, every grant in use";
         case GrantError::SystemError: return "mapping or copying the grant failed";
+        case GrantError::OutsidePeer: return "copy outside the frontend's mapping of its memory";
+        case GrantError::CopyStopped: return "copies stopped: one failed or the frontend is gone";
         case GrantError::TableFull: return "no free grant reference";
         case GrantError::InUse: return "grant still in use by the backend";
         case GrantError::Count: break;

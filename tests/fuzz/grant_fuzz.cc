@@ -71,7 +71,7 @@ void fuzz_grants(FuzzedDataProvider& in) {
                         in.ConsumeIntegralInRange<uint32_t>(0, kFrames + 1));
     }
     GrantRefs refs(tb, kSelf, kFrames);
-    const GrantSource src{&refs, e.data.fd(), 0, 0};
+    const GrantSource src{&refs, e.data.fd(), nullptr};
     std::optional<GrantMapper> mapper(std::in_place, src, kRing);
     std::vector<uint16_t> held;  // heads with a mapped request
     for (int op = 0; op < 64 && in.remaining_bytes() > 0; ++op) {

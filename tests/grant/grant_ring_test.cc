@@ -36,7 +36,7 @@ struct GrantRing {
           front(shared.bytes().first(kRefs * sizeof(GrantEntry))),
           refs(shared.bytes().first(kRefs * sizeof(GrantEntry)), 0, kFrames) {
         EXPECT_TRUE(table.add(GuestAddr(0), shared.bytes()));
-        const GrantSource src{&refs, data.fd(), 0, 0};
+        const GrantSource src{&refs, data.fd(), nullptr};
         switch (mode) {
             case Mode::Map: access = std::make_unique<GrantMapper>(src, kRing); break;
             case Mode::Copy: access = std::make_unique<GrantCopier>(src, kRing, CopyVia::Pread); break;

@@ -27,8 +27,8 @@ struct Granted {
           front(table_mem.bytes().first(kRefs * sizeof(GrantEntry))),
           refs(table_mem.bytes().first(kRefs * sizeof(GrantEntry)), kBack, kFrames) {}
     std::byte* page(uint32_t frame) const { return data.host() + frame * kGrantPageBytes; }
-    GrantSource source() { return GrantSource{&refs, data.fd(), getpid(),
-                                              reinterpret_cast<uint64_t>(data.host())}; }
+    /// process_vm copies reach this process's own mapping of the memfd.
+    GrantSource source() { return GrantSource{&refs, data.fd(), &peer}; }
     uint16_t flags(GrantRef r) const {
         return static_cast<uint16_t>(
             reinterpret_cast<GrantEntry*>(table_mem.host())[r].word.load());
@@ -37,6 +37,7 @@ struct Granted {
     MemoryRegion data;
     GrantTable front;
     GrantRefs refs;
+    GrantPeer peer{getpid(), reinterpret_cast<uint64_t>(data.host()), data.size()};
 };
 
 enum class Mode { Map, CopyPread, CopyProcessVm, Persistent };

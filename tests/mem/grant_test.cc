@@ -291,5 +291,64 @@ TEST_P(AccessModes, RevokingWhileInUseNeverTouchesAnUnmappedPage) {
     (void)sum;
 }
 
+// Issue 23: process_vm copies name a pid and an address; they reach only the
+// range checked to be the peer's mapping of the memfd, and stop for good
+// once a copy fails or the peer is known gone.
+TEST(GrantCopierProcessVm, ACopyOutsideThePeersCheckedRangeIsRefusedAndNothingIsWritten) {
+    Granted g;
+    // The checked mapping is the memfd's first half: frame 20 is past it.
+    GrantPeer half{getpid(), reinterpret_cast<uint64_t>(g.data.host()), g.data.size() / 2};
+    GrantCopier acc(GrantSource{&g.refs, g.data.fd(), &half}, kRing, CopyVia::ProcessVm);
+    std::memset(g.page(20), 0x11, kGrantPageBytes);
+    std::memset(g.page(3), 0x22, kGrantPageBytes);
+    const GrantRef outside = g.front.grant(kBack, 20, false).value();
+    const GrantRef inside = g.front.grant(kBack, 3, false).value();
+    iovec v{};
+    ASSERT_TRUE(acc.map(0, grant_addr(outside, 0), 256, true, v));  // rx: copied at unmap
+    std::memset(v.iov_base, 0x77, 256);
+    acc.unmap(0, 256);
+    for (uint32_t i = 0; i < kGrantPageBytes; ++i) {
+        ASSERT_EQ(std::to_integer<int>(g.page(20)[i]), 0x11) << "written at byte " << i;
+    }
+    EXPECT_EQ(g.refs.errors().get(GrantError::OutsidePeer), 1u);
+    EXPECT_EQ(acc.stats().copy_back_failed.get(), 1u);
+    EXPECT_EQ(acc.stats().copy_syscalls.get(), 0u);
+    // Stopped: a request inside the range is refused too (the ring breaks the queue).
+    EXPECT_FALSE(acc.map(1, grant_addr(inside, 0), 64, false, v));
+    EXPECT_EQ(g.refs.errors().get(GrantError::CopyStopped), 1u);
+    EXPECT_EQ(acc.stats().copy_syscalls.get(), 0u);
+    EXPECT_EQ(g.refs.pinned(), 0u);
+}
+
+TEST(GrantCopierProcessVm, AFailedCopyMarksThePeerGoneAndNoLaterCopyNamesIt) {
+    Granted g;
+    // The "mapping" is a reservation nothing can be read from: the first
+    // copy fails, as one to an exited process does (ESRCH).
+    void* hole = ::mmap(nullptr, g.data.size(), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(hole, MAP_FAILED);
+    GrantPeer peer{getpid(), reinterpret_cast<uint64_t>(hole), g.data.size()};
+    GrantCopier rx(GrantSource{&g.refs, g.data.fd(), &peer}, kRing, CopyVia::ProcessVm);
+    GrantCopier tx(GrantSource{&g.refs, g.data.fd(), &peer}, kRing, CopyVia::ProcessVm);
+    const GrantRef r = g.front.grant(kBack, 2, false).value();
+    iovec v{};
+    EXPECT_FALSE(tx.map(0, grant_addr(r, 0), 64, false, v));
+    EXPECT_EQ(g.refs.errors().get(GrantError::SystemError), 1u);
+    EXPECT_TRUE(peer.gone()) << "a failed copy: the pid may be another process's soon";
+    // The other direction's copier names the pid no more either: a chain
+    // it holds is not copied back, and a new one is refused.
+    GrantPeer alive{getpid(), reinterpret_cast<uint64_t>(g.data.host()), g.data.size()};
+    GrantCopier rx2(GrantSource{&g.refs, g.data.fd(), &alive}, kRing, CopyVia::ProcessVm);
+    ASSERT_TRUE(rx2.map(0, grant_addr(r, 0), 64, true, v));
+    alive.set_gone();  // its process exits while the chain is out
+    rx2.unmap(0, 64);
+    EXPECT_EQ(rx2.stats().copy_syscalls.get(), 0u);
+    EXPECT_EQ(rx2.stats().copy_back_failed.get(), 1u);
+    EXPECT_FALSE(rx.map(0, grant_addr(r, 0), 64, true, v));
+    EXPECT_EQ(rx.stats().copy_syscalls.get(), 0u);
+    EXPECT_EQ(g.refs.errors().get(GrantError::CopyStopped), 1u) << "the refused request";
+    EXPECT_EQ(g.refs.pinned(), 0u);
+    ::munmap(hole, g.data.size());
+}
+
 }  // namespace
 }  // namespace pvnet::mem

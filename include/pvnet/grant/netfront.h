@@ -16,9 +16,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "pvnet/grant/wire.h"
 #include "pvnet/grant/xenbus.h"
 #include "pvnet/util/result.h"
 
@@ -33,6 +35,8 @@ struct NetfrontConfig {
     uint16_t frame_bytes = 1514;
     bool copy_whole_page = false;
     int handshake_ms = 5000;
+    /// Changes the hello before it is sent (tests play a hostile frontend).
+    std::function<void(GrantHello&)> edit_hello;
 };
 
 enum class Direction : uint8_t { Tx, Rx };

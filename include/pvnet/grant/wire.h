@@ -31,14 +31,14 @@ struct GrantHello {
     uint32_t magic = kHelloMagic;
     uint16_t version = kWireVersion;
     uint16_t domid = 0;
-    uint32_t pid = 0;            ///< for the backend's process_vm_* copies
+    uint32_t pid = 0;            ///< the frontend's; process_vm copies: must be the socket's peer
     uint16_t ring_size = 0;      ///< both rings; a power of two
     uint16_t frame_bytes = 0;    ///< the stream's Ethernet frame size (GenPort format)
     uint32_t grant_entries = 0;  ///< table at offset 0 of the shared memfd
     uint32_t reserved = 0;
     uint64_t shared_bytes = 0;
     uint64_t data_bytes = 0;
-    uint64_t remote_base = 0;    ///< where the data memfd is mapped in the frontend
+    uint64_t remote_base = 0;    ///< where the data memfd is mapped in the frontend (checked)
     uint64_t rx_ring_off = 0;
     uint64_t tx_ring_off = 0;
 };

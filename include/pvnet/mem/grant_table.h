@@ -67,6 +67,8 @@ enum class GrantError : uint8_t {
     TooManySegments,  ///< a chain with more grants than a packet may use
     PoolFull,         ///< every persistent grant is in use: nothing to evict
     SystemError,      ///< mmap, pread/pwrite or process_vm_* failed
+    OutsidePeer,      ///< a process_vm copy past the frontend's checked mapping
+    CopyStopped,      ///< copy mode stopped: a copy failed, or the frontend process is gone
     TableFull,        ///< frontend: no free reference
     InUse,            ///< frontend: end_access while the backend holds it
     Count
