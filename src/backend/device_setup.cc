@@ -455,8 +455,11 @@ bool NetDevice::report_broken(uint16_t index, const ring::SplitDeviceQueue& q,
     error = q.broken_reason();
     count(dstats_.vrings_broken);
     needs_reset_.store(true, std::memory_order_relaxed);
-    std::fprintf(stderr, "pvnet backend: vring %u broken (%s): device needs reset\n",
-                 unsigned{index}, std::string(ring::to_string(error)).c_str());
+    // No std::string: this runs noexcept on the worker, where an allocation
+    // that fails under memory pressure would end in std::terminate.
+    const std::string_view why = ring::to_string(error);
+    std::fprintf(stderr, "pvnet backend: vring %u broken (%.*s): device needs reset\n",
+                 unsigned{index}, static_cast<int>(why.size()), why.data());
     if (s.err != nullptr) s.err->signal();
     // A broken ring is never touched again: its kicks must not wake us.
     if (s.kick != nullptr) epoll_forget(s.kick->fd(), kick_tag);

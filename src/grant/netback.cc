@@ -18,6 +18,7 @@
 #include <optional>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "pvnet/backend/vhost_net.h"
@@ -37,14 +38,6 @@ namespace {
 /// Features both ends of a grant connection use (fixed: the hello carries none).
 constexpr uint64_t kGrantFeatures = virtio::feature_mask(virtio::VIRTIO_F_VERSION_1) |
                                     virtio::feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX);
-
-bool is_eventfd(int fd) {
-    char path[64];
-    char target[64]{};
-    std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    const ssize_t n = ::readlink(path, target, sizeof target - 1);
-    return n > 0 && std::strcmp(target, "anon_inode:[eventfd]") == 0;
-}
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77  // Linux 6.5; older libc headers lack it
@@ -310,8 +303,21 @@ void Netback::serve(int conn, std::vector<int>& fds, bool& acked, const std::ato
     auto hello = parse_hello(*msg, fds.size());
     if (!hello) return refuse(hello.error());
     const GrantHello h = *hello;
+    // The frontend holds the doorbells too: each checked as any peer's (an
+    // eventfd, a kick not in semaphore mode), then read and signalled so that
+    // it can block nothing here (notify/event_fd.h).
+    std::optional<notify::EventFd> door[kHelloFds];
     for (const std::size_t k : {kRxKick, kRxCall, kTxKick, kTxCall}) {
-        if (!is_eventfd(fds[k])) return refuse("fd " + std::to_string(k) + " is not an eventfd");
+        const bool kick = k == kRxKick || k == kTxKick;
+        auto e = notify::EventFd::from_peer(std::exchange(fds[k], -1),
+                                            kick ? notify::PeerUse::Kick : notify::PeerUse::Notify);
+        if (!e) {
+            return refuse("fd " + std::to_string(k) +
+                          (e.error() == notify::NotifyError::Semaphore
+                               ? " is a semaphore eventfd (a kick must drain)"
+                               : " is not an eventfd"));
+        }
+        door[k].emplace(std::move(*e));
     }
     if (auto bad = check_data_fd(fds[kDataFd], h.data_bytes)) return refuse(*bad);
     Peer peer;
@@ -350,11 +356,6 @@ void Netback::serve(int conn, std::vector<int>& fds, bool& acked, const std::ato
     auto fmt = port::FrameFormat::create(h.frame_bytes);
     if (!fmt) return refuse_closing("frame format");
     port::GenLoopPort port(*fmt);
-    const notify::EventFd rx_kick = notify::EventFd::adopt(fds[kRxKick]);
-    const notify::EventFd rx_call = notify::EventFd::adopt(fds[kRxCall]);
-    const notify::EventFd tx_kick = notify::EventFd::adopt(fds[kTxKick]);
-    const notify::EventFd tx_call = notify::EventFd::adopt(fds[kTxCall]);
-    fds[kRxKick] = fds[kRxCall] = fds[kTxKick] = fds[kTxCall] = -1;  // owned by the EventFds
 
     const auto ring_at = [&](uint64_t off) {
         return ring::SplitRingAddrs{h.ring_size, mem::GuestAddr(off),
@@ -365,10 +366,10 @@ void Netback::serve(int conn, std::vector<int>& fds, bool& acked, const std::ato
     setup.features = kGrantFeatures;
     setup.mem = &table;
     setup.vrings.resize(2);
-    setup.vrings[0] = backend::VringSetup{ring_at(h.rx_ring_off), {}, &rx_kick, &rx_call, nullptr,
-                                          true, rx_access.get(), {}};
-    setup.vrings[1] = backend::VringSetup{ring_at(h.tx_ring_off), {}, &tx_kick, &tx_call, nullptr,
-                                          true, tx_access.get(), {}};
+    setup.vrings[0] = backend::VringSetup{ring_at(h.rx_ring_off), {}, &*door[kRxKick],
+                                          &*door[kRxCall], nullptr, true, rx_access.get(), {}};
+    setup.vrings[1] = backend::VringSetup{ring_at(h.tx_ring_off), {}, &*door[kTxKick],
+                                          &*door[kTxCall], nullptr, true, tx_access.get(), {}};
     backend::VhostNetOptions opt = cfg_.device;
     opt.offered_features = kGrantFeatures;
     auto dev = backend::VhostNet<port::GenLoopPort>::create(setup, opt, port);

@@ -252,6 +252,10 @@ Result<std::unique_ptr<Netfront>, std::string> Netfront::connect(const NetfrontC
     h.rx_ring_off = rx_off;
     h.tx_ring_off = tx_off;
     if (cfg.edit_hello) cfg.edit_hello(h);
+    // The backend holds the doorbells from here: its kicks and calls may block nothing of ours.
+    for (const notify::EventFd* e : {&m.rx_kick, &m.rx_call, &m.tx_kick, &m.tx_call}) {
+        e->hand_over();
+    }
     const int fds[kHelloFds] = {m.shared.fd(), m.data.fd(), m.rx_kick.fd(),
                                 m.rx_call.fd(), m.tx_kick.fd(), m.tx_call.fd()};
     if (auto s = send_msg(m.sock, std::as_bytes(std::span(&h, 1)), fds); !s) {

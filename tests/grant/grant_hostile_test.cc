@@ -9,6 +9,7 @@
 #include <linux/sched.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -122,6 +123,9 @@ TEST(GrantHostileHello, EachBadHelloIsRefusedByNameAndTheBackendServesOn) {
     };
     int pipefd[2];
     ASSERT_EQ(::pipe(pipefd), 0);
+    // A kick whose count never drains: a worker waiting on it would spin.
+    const int semaphore = ::eventfd(1u << 30, EFD_SEMAPHORE | EFD_CLOEXEC);
+    ASSERT_GE(semaphore, 0);
     const int unsealed = ::memfd_create("unsealed", MFD_CLOEXEC);
     ASSERT_GE(unsealed, 0);
     ASSERT_EQ(::ftruncate(unsealed, 1u << 16), 0);
@@ -176,6 +180,13 @@ TEST(GrantHostileHello, EachBadHelloIsRefusedByNameAndTheBackendServesOn) {
              return d.knock(h.bytes(), f);
          },
          "not an eventfd"},
+        {"a semaphore eventfd for a kick",
+         [&](Door& d, Hello& h) {
+             auto f = h.fds();
+             f[kRxKick] = semaphore;
+             return d.knock(h.bytes(), f);
+         },
+         "semaphore"},
         {"data memfd unsealed", with_data_fd(unsealed), "not sealed"},
         {"data memfd short", with([](Hello& h) { h.h.data_bytes = 1u << 20; }), "shorter"},
         {"data memfd sealed against writing", with_data_fd(write_sealed), "sealed against writing"},
@@ -196,7 +207,9 @@ TEST(GrantHostileHello, EachBadHelloIsRefusedByNameAndTheBackendServesOn) {
     }
     ::close(pipefd[0]);
     ::close(pipefd[1]);
-    for (const int fd : {unsealed, write_sealed, shrink_sealed, read_only, huge}) ::close(fd);
+    for (const int fd : {semaphore, unsealed, write_sealed, shrink_sealed, read_only, huge}) {
+        ::close(fd);
+    }
     // The door still opens for a proper frontend.
     NetfrontConfig fc;
     fc.socket_path = door.dir.path() + "/nb.sock";
