@@ -76,32 +76,59 @@ std::map<std::string, uint64_t> read_counters(const std::string& json, std::size
     return c;
 }
 
+/// One `pvnet serve` with `args` (after "serve"), its --json-stats file every
+/// 50 ms, its output drained by a thread (a full pipe would stall its reports).
+class Serve {
+public:
+    Serve(const std::string& tag, std::vector<std::string> args)
+        : json_("/tmp/pvnet_" + tag + "_" + std::to_string(::getpid()) + ".json") {
+        args.insert(args.begin(), {PVNET_EXE, "serve"});
+        args.insert(args.end(), {"--json-stats", json_, "--stats-interval", "0.05"});
+        auto c = lab::Child::spawn(args);
+        if (!c) {
+            ADD_FAILURE() << c.error();
+            return;
+        }
+        child_.emplace(std::move(*c));
+        ready_ = child_->wait_for_line("ready", 10s);
+        drainer_ = std::thread([this] {
+            lab::Child* kids[] = {&*child_};
+            while (!stop_drain_.load()) lab::Child::drain(kids, 50ms);
+        });
+    }
+    ~Serve() {
+        stop_draining();
+        ::unlink(json_.c_str());
+    }
+    Serve(const Serve&) = delete;
+    Serve& operator=(const Serve&) = delete;
+
+    bool ready() const { return ready_; }
+    const std::string& json() const { return json_; }
+    std::string tail() const { return child_ ? child_->output_tail(2000) : std::string(); }
+    /// SIGTERM; the exit status for the caller to check.
+    lab::ExitStatus stop() {
+        stop_draining();
+        return child_ ? child_->stop(5s) : lab::ExitStatus{};
+    }
+
+private:
+    void stop_draining() {
+        stop_drain_ = true;
+        if (drainer_.joinable()) drainer_.join();
+    }
+    std::string json_;
+    std::optional<lab::Child> child_;
+    bool ready_ = false;
+    std::atomic<bool> stop_drain_{false};
+    std::thread drainer_;
+};
+
 TEST(ServeSessionEnd, QueuedReplyOfADepartedGuestNeverReachesTheNextOne) {
     const std::string sock = socket_path("session_end");
-    const std::string json = "/tmp/pvnet_session_end_" + std::to_string(::getpid()) + ".json";
-    struct Unlink {
-        std::string path;
-        ~Unlink() { ::unlink(path.c_str()); }
-    } unlink_json{json};
-    auto c = lab::Child::spawn({PVNET_EXE, "serve", "--vhost-user", sock, "--echo", "192.0.2.1",
-                                "--json-stats", json, "--stats-interval", "0.05"});
-    ASSERT_TRUE(c) << c.error();
-    lab::Child child = std::move(*c);
-    ASSERT_TRUE(child.wait_for_line("ready", 10s)) << child.output_tail(2000);
-    // Its stats lines drained meanwhile (a full pipe would stall its reports).
-    std::atomic<bool> stop_drain{false};
-    std::thread drainer([&] {
-        lab::Child* kids[] = {&child};
-        while (!stop_drain.load()) lab::Child::drain(kids, 50ms);
-    });
-    struct Join {
-        std::atomic<bool>& stop;
-        std::thread& t;
-        ~Join() {
-            stop = true;
-            if (t.joinable()) t.join();
-        }
-    } join{stop_drain, drainer};
+    Serve serve("session_end", {"--vhost-user", sock, "--echo", "192.0.2.1"});
+    ASSERT_TRUE(serve.ready()) << serve.tail();
+    const std::string& json = serve.json();
     std::map<std::string, uint64_t> n;
     auto counters_reach = [&](const std::function<bool()>& pred) {
         return wait_until([&] {
@@ -145,37 +172,15 @@ TEST(ServeSessionEnd, QueuedReplyOfADepartedGuestNeverReachesTheNextOne) {
     EXPECT_EQ(n["port.drop_session_end"], 1u);
 
     fe.close();
-    stop_drain = true;
-    drainer.join();
-    const lab::ExitStatus st = child.stop(5s);
-    EXPECT_TRUE(st.ok()) << st.to_string() << "\n" << child.output_tail(2000);
+    const lab::ExitStatus st = serve.stop();
+    EXPECT_TRUE(st.ok()) << st.to_string() << "\n" << serve.tail();
 }
 
 TEST(ServeSessionEnd, SwitchForgetsADepartedGuestAndKeepsNothingForTheNext) {
     const std::string sock0 = socket_path("session_sw0"), sock1 = socket_path("session_sw1");
-    const std::string json = "/tmp/pvnet_session_sw_" + std::to_string(::getpid()) + ".json";
-    struct Unlink {
-        std::string path;
-        ~Unlink() { ::unlink(path.c_str()); }
-    } unlink_json{json};
-    auto c = lab::Child::spawn({PVNET_EXE, "serve", "--vhost-user", sock0, "--vhost-user", sock1,
-                                "--switch", "--json-stats", json, "--stats-interval", "0.05"});
-    ASSERT_TRUE(c) << c.error();
-    lab::Child child = std::move(*c);
-    ASSERT_TRUE(child.wait_for_line("ready", 10s)) << child.output_tail(2000);
-    std::atomic<bool> stop_drain{false};
-    std::thread drainer([&] {
-        lab::Child* kids[] = {&child};
-        while (!stop_drain.load()) lab::Child::drain(kids, 50ms);
-    });
-    struct Join {
-        std::atomic<bool>& stop;
-        std::thread& t;
-        ~Join() {
-            stop = true;
-            if (t.joinable()) t.join();
-        }
-    } join{stop_drain, drainer};
+    Serve serve("session_sw", {"--vhost-user", sock0, "--vhost-user", sock1, "--switch"});
+    ASSERT_TRUE(serve.ready()) << serve.tail();
+    const std::string& json = serve.json();
     std::map<std::string, uint64_t> n;
     auto dev_reaches = [&](std::size_t dev, const std::function<bool()>& pred) {
         return wait_until([&] {
@@ -229,10 +234,8 @@ TEST(ServeSessionEnd, SwitchForgetsADepartedGuestAndKeepsNothingForTheNext) {
 
     fe.close();
     fe0.close();
-    stop_drain = true;
-    drainer.join();
-    const lab::ExitStatus st = child.stop(5s);
-    EXPECT_TRUE(st.ok()) << st.to_string() << "\n" << child.output_tail(2000);
+    const lab::ExitStatus st = serve.stop();
+    EXPECT_TRUE(st.ok()) << st.to_string() << "\n" << serve.tail();
 }
 
 }  // namespace
