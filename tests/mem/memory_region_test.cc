@@ -524,18 +524,23 @@ TEST(MemoryRegion, MapFdOfAnUnsealedTmpfsFileMapsUnsealed) {
 }
 
 TEST(MemoryRegion, MapFdRejectsAFileOnAnotherFileSystem) {
-    // A regular file on a disk file system (the working directory's): its
-    // pages come by I/O a server (NFS, FUSE) could stall a toucher on.
-    char name[] = "pvnet-mem-test-XXXXXX";
-    const int fd = mkostemp(name, O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    unlink(name);
-    struct statfs fs {};
-    ASSERT_EQ(fstatfs(fd, &fs), 0);
-    if (fs.f_type == TMPFS_MAGIC || fs.f_type == HUGETLBFS_MAGIC) {
-        close(fd);
-        GTEST_SKIP() << "the working directory is on tmpfs";
+    // A regular file on a disk file system: its pages come by I/O a server
+    // (NFS, FUSE) could stall a toucher on. The first candidate directory
+    // that is not tmpfs or hugetlbfs holds it.
+    int fd = -1;
+    for (const std::string dir : {".", "/var/tmp", "/tmp"}) {
+        std::string name = dir + "/pvnet-mem-test-XXXXXX";
+        const int f = mkostemp(name.data(), O_CLOEXEC);
+        if (f < 0) continue;
+        unlink(name.c_str());
+        struct statfs fs {};
+        if (fstatfs(f, &fs) == 0 && fs.f_type != TMPFS_MAGIC && fs.f_type != HUGETLBFS_MAGIC) {
+            fd = f;
+            break;
+        }
+        close(f);
     }
+    if (fd < 0) GTEST_SKIP() << "no disk file system among ., /var/tmp and /tmp";
     ASSERT_EQ(ftruncate(fd, static_cast<off_t>(page_bytes())), 0);
     EXPECT_EQ(MemoryRegion::map_granule(fd), 0u);
     expect_map_fd_fails(fd, page_bytes(), 0, MemError::BadFd);
