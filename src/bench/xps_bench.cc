@@ -252,6 +252,10 @@ XpsBenchResult run_xps_bench(const XpsBenchConfig& cfg) noexcept {
     for (auto& c : sock_full) c = std::make_unique<Counter>();
     for (auto& c : no_buf) c = std::make_unique<Counter>();
     std::atomic<bool> stop{false};
+    // Set when the window closes: the client sends no more and keeps taking
+    // replies, so what is still in flight at the end does not depend on how
+    // the threads happened to be scheduled.
+    std::atomic<bool> quiesce{false}, quiet{false};
 
     // The seed's modified memcached: a connection goes to a thread chosen by
     // its incoming rx queue (SO_INCOMING_NAPI_ID), threads q, q + pairs, ...
@@ -368,6 +372,9 @@ XpsBenchResult run_xps_bench(const XpsBenchConfig& cfg) noexcept {
         OpenLoopSchedule sched(cfg.rate, now_ns());
         std::array<std::byte, port::kMaxFrameBytes> frame{};
         while (!stop.load(std::memory_order_relaxed)) {
+            // Every request sent before this point is in `sent` already.
+            const bool sending = !quiesce.load(std::memory_order_acquire);
+            if (!sending) quiet.store(true, std::memory_order_release);
             uint64_t got = 0;
             for (auto& ring : replies) {
                 Reply r;
@@ -389,7 +396,7 @@ XpsBenchResult run_xps_bench(const XpsBenchConfig& cfg) noexcept {
             if (got) answered.fetch_add(got, std::memory_order_relaxed);
             const uint64_t t = now_ns();
             uint64_t queued = 0;
-            while (sched.due(t)) {
+            while (sending && sched.due(t)) {
                 const auto f = static_cast<uint16_t>(sched.next() % cfg.flows);
                 if (outstanding[f].full()) break;
                 gens[f]->write_frame(seq[f], frame.data(), cfg.frame_bytes);
@@ -446,6 +453,19 @@ XpsBenchResult run_xps_bench(const XpsBenchConfig& cfg) noexcept {
     res.backlog_end = backlog.load(std::memory_order_relaxed);
     std::vector<double> thread_cpu;
     for (auto& th : servers) thread_cpu.push_back(static_cast<double>(thread_cpu_ns(th.native_handle())) / 1e9);
+    quiesce.store(true, std::memory_order_release);
+    auto dropped = [&] {
+        uint64_t n = 0;
+        for (const auto& c : sock_full) n += c->get();
+        for (const auto& c : no_buf) n += c->get();
+        return n;
+    };
+    for (const uint64_t until = now_ns() + 1'000'000'000u;
+         (!quiet.load(std::memory_order_acquire) ||
+          answered.load(std::memory_order_relaxed) + dropped() < sent.load(std::memory_order_relaxed)) &&
+         now_ns() < until;) {
+        sleep_s(0.001);
+    }
     stop.store(true);
     client.join();
     for (auto& th : napi) th.join();

@@ -28,8 +28,9 @@ void expect_accounted_on_both_queues(const XpsBenchResult& r) {
     ASSERT_TRUE(r.ok) << r.error;
     ASSERT_EQ(r.queues.size(), 2u);
     EXPECT_GT(r.answered, 0u);
-    // At this light load only a few requests are in flight when the client stops.
-    EXPECT_LE(r.sent - r.answered, r.drop_sock_full + r.drop_no_buf + 64);
+    // The client stops sending when the window closes and waits (up to 1 s)
+    // for the rest: every request is answered or dropped with a count.
+    EXPECT_LE(r.sent - r.answered, r.drop_sock_full + r.drop_no_buf);
     EXPECT_EQ(r.unmatched, 0u);
     EXPECT_EQ(r.drop_bad_reply, 0u);
     uint64_t rx = 0;
