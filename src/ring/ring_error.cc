@@ -14,6 +14,8 @@ std::string_view to_string(RingError e) noexcept {
             return "inflight log used_idx does not fit the used ring";
         case RingError::InflightTooMany:
             return "inflight log holds more heads than were made available";
+        case RingError::InflightNotInOrder:
+            return "inflight log heads are not the next ones of the avail ring (IN_ORDER)";
         case RingError::AvailIdxJump: return "avail idx moved by more than the queue size";
         case RingError::HeadOutOfRange: return "avail head out of range";
         case RingError::HeadInflight: return "avail head already in flight";
@@ -38,6 +40,8 @@ std::string_view to_string(RingError e) noexcept {
         case RingError::UsedLenTooLong: return "used len above the buffer's writable bytes";
         case RingError::PushIdNotInflight: return "push of an id not in flight";
         case RingError::PushLenTooLong: return "push len above the chain's writable bytes";
+        case RingError::PushOutOfOrder:
+            return "VIRTIO_F_IN_ORDER: push of a chain other than the oldest in flight";
         case RingError::Count: break;
     }
     return "unknown";

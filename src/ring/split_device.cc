@@ -62,6 +62,7 @@ Result<std::unique_ptr<SplitDeviceQueue>, RingError> SplitDeviceQueue::create(
     if (q->log_) {
         if (auto st = q->recover_inflight(); !st) return unexpected(st.error());
     }
+    q->next_use_ = q->last_avail_idx_;  // nothing in flight
     return q;
 }
 
@@ -74,6 +75,7 @@ SplitDeviceQueue::SplitDeviceQueue(const mem::MemoryTable& table, const DeviceQu
       event_idx_(virtio::has_feature(cfg.features, virtio::VIRTIO_RING_F_EVENT_IDX)),
       indirect_(virtio::has_feature(cfg.features, virtio::VIRTIO_RING_F_INDIRECT_DESC)),
       notify_on_empty_(virtio::has_feature(cfg.features, virtio::VIRTIO_F_NOTIFY_ON_EMPTY)),
+      in_order_(virtio::has_feature(cfg.features, virtio::VIRTIO_F_IN_ORDER)),
       inflight_bits_(new (std::nothrow) uint64_t[(ptrs.size + 63u) / 64u]),
       inflight_in_bytes_(new (std::nothrow) uint32_t[ptrs.size]),
       popped_heads_(new (std::nothrow) uint16_t[ptrs.size]) {}
@@ -97,6 +99,7 @@ void SplitDeviceQueue::reset_state() noexcept {
     last_avail_idx_ = RingIdx(0);
     shadow_avail_idx_ = RingIdx(0);
     used_idx_ = RingIdx(0);
+    next_use_ = RingIdx(0);
     staged_ = 0;
     signalled_used_ = SignalledUsed{};
     broken_.clear();
@@ -286,6 +289,17 @@ Status<RingError> SplitDeviceQueue::add_used(uint16_t id, uint32_t len) noexcept
     if (len > inflight_in_bytes_[id]) {
         stats_.errors.add(RingError::PushLenTooLong);
         return unexpected(RingError::PushLenTooLong);
+    }
+    if (in_order_) {
+        // The contract offered with IN_ORDER (a driver may then ignore the
+        // ids): one load of what pop recorded, cheap enough to keep on.
+        // VALIDATED: next_use_'s slot is not reused before it is pushed
+        // (at most size chains in flight).
+        if (popped_heads_[next_use_.slot(ptrs_.size)] != id) {
+            fail(RingError::PushOutOfOrder);
+            return unexpected(RingError::PushOutOfOrder);
+        }
+        ++next_use_;
     }
     inflight_bits_[id / 64] &= ~(uint64_t{1} << (id % 64));
     if (buffers_ != nullptr) buffers_->unmap(id, len);

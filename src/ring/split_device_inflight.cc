@@ -77,6 +77,17 @@ Status<RingError> SplitDeviceQueue::recover_inflight() noexcept {
         return a.counter != b.counter ? a.counter < b.counter : a.head < b.head;
     });
 
+    // Rule (IN_ORDER): the predecessor used a prefix of what it popped, so
+    // what it left in flight is the avail ring's next heads, in pop order;
+    // returned otherwise, they would break the order the driver relies on.
+    if (in_order_) {
+        for (uint16_t k = 0; k < inuse; ++k) {
+            const uint16_t head = virtio::le_to_host(
+                read_once<uint16_t>(ptrs_.avail_ring + 2u * (used_idx_ + k).slot(n)));
+            if (head != order[k].head) return unexpected(RingError::InflightNotInOrder);
+        }
+    }
+
     // Checked: from here on the log and the ring are written.
     if (catch_up) {
         for (uint16_t h = 0; h < n; ++h) {

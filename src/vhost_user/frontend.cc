@@ -337,7 +337,11 @@ Result<uint64_t, FrontendError> Frontend::Impl::negotiate(uint64_t wanted,
     if ((*offered & version_1) == 0) {
         return fail(FrontendFail::Features, "the back-end does not offer VIRTIO_F_VERSION_1");
     }
-    uint64_t f = wanted & *offered & ~bit(kFProtocolFeatures);
+    // Never VIRTIO_F_IN_ORDER: it binds the driver too (VIRTIO 1.2 2.7.5.1:
+    // descriptors in ring order, next = x + 1), and the driver queue takes
+    // them from a free list.
+    uint64_t f = wanted & *offered & ~bit(kFProtocolFeatures) &
+                 ~virtio::feature_mask(virtio::VIRTIO_F_IN_ORDER);
     if ((f & all_or_none) != all_or_none) f &= ~all_or_none;
     if (negotiated && f != features) {
         // The driver laid out its rings and headers for the first back-end's features.

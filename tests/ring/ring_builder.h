@@ -87,12 +87,14 @@ struct QueueFeatures {
     bool event_idx = false;        ///< VIRTIO_RING_F_EVENT_IDX
     bool indirect = false;         ///< VIRTIO_RING_F_INDIRECT_DESC
     bool notify_on_empty = false;  ///< VIRTIO_F_NOTIFY_ON_EMPTY (device only)
+    bool in_order = false;         ///< VIRTIO_F_IN_ORDER (device only)
 
     /// As the device's feature word (DeviceQueueConfig::features).
     uint64_t word() const noexcept {
         return (event_idx ? virtio::feature_mask(virtio::VIRTIO_RING_F_EVENT_IDX) : 0) |
                (indirect ? virtio::feature_mask(virtio::VIRTIO_RING_F_INDIRECT_DESC) : 0) |
-               (notify_on_empty ? virtio::feature_mask(virtio::VIRTIO_F_NOTIFY_ON_EMPTY) : 0);
+               (notify_on_empty ? virtio::feature_mask(virtio::VIRTIO_F_NOTIFY_ON_EMPTY) : 0) |
+               (in_order ? virtio::feature_mask(virtio::VIRTIO_F_IN_ORDER) : 0);
     }
 };
 

@@ -342,6 +342,18 @@ TEST_F(FrontendHostile, RestartedBackendOfferingFewerQueues) {
     fe.reset();
 }
 
+// The driver queue does not lay out descriptors in ring order, so IN_ORDER
+// (offered by DPDK's vhost and pvnet serve) is never acked, even if asked for.
+TEST_F(FrontendHostile, InOrderIsNeverAcked) {
+    const uint64_t in_order = virtio::feature_mask(virtio::VIRTIO_F_IN_ORDER);
+    auto fe = make();
+    auto be = std::make_unique<FakeBackend>(path_, Script{.features = kOffered | in_order});
+    const auto f = fe->connect(kWanted | in_order);
+    ASSERT_TRUE(f) << f.error().text;
+    EXPECT_EQ(*f, kWanted);
+    fe.reset();
+}
+
 TEST_F(FrontendHostile, ConnectAfterABackendThatOfferedLess) {
     // connect() negotiates afresh (reconnect() is the one bound to the old features).
     auto fe = make();

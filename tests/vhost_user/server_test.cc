@@ -67,6 +67,24 @@ TEST(VhostUserSession, FeaturesOfferMqForSeveralPairsNeverTheControlQueuesOwn) {
     EXPECT_EQ((*dev2)->rx_steer().active_pairs(), 2);
 }
 
+// VIRTIO_F_IN_ORDER is offered (the device uses chains in the order made
+// available, and checks it), accepted and taken by the device's queues.
+TEST(VhostUserSession, InOrderIsOfferedAcceptedAndTheRingsRunWithIt) {
+    const uint64_t in_order = virtio::feature_mask(virtio::VIRTIO_F_IN_ORDER);
+    Bed b("in_order");
+    FrontEnd fe(b.cfg.path);
+    Guest g;
+    const auto offered = fe.get(Request::GetFeatures);
+    ASSERT_TRUE(offered);
+    EXPECT_NE(*offered & in_order, 0u);
+    full_setup(fe, g, kFeatures | in_order);
+    EXPECT_NE(b.dev->features() & in_order, 0u);
+    for (uint64_t s = 0; s < 8; ++s) packets_flow(b, g, s);
+    EXPECT_FALSE(b.dev->rx_queue().broken());
+    EXPECT_FALSE(b.dev->tx_queue().broken());
+    EXPECT_EQ(b.dev->tx_queue().stats().errors.get(ring::RingError::PushOutOfOrder), 0u);
+}
+
 TEST(VhostUserServer, QemuLikeSetupMovesPacketsAndGetVringBaseStops) {
     Bed b("setup");
     {

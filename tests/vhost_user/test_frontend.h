@@ -292,14 +292,15 @@ struct Guest {
 inline constexpr uint64_t kFeatures =
     virtio::feature_mask(virtio::VIRTIO_F_VERSION_1) | bit(kFProtocolFeatures);
 
-/// Features and protocol features (REPLY_ACK) negotiated.
-inline void negotiate(FrontEnd& fe) {
+/// Features (`features`, kFeatures unless told) and protocol features
+/// (REPLY_ACK) negotiated.
+inline void negotiate(FrontEnd& fe, uint64_t features = kFeatures) {
     const auto offered = fe.get(Request::GetFeatures);
     ASSERT_TRUE(offered);
     EXPECT_EQ(*offered & virtio::feature_mask(virtio::VIRTIO_NET_F_CTRL_VQ), 0u);
     EXPECT_EQ(*offered & virtio::feature_mask(virtio::VIRTIO_NET_F_NOTF_COAL), 0u);
     ASSERT_NE(*offered & bit(kFProtocolFeatures), 0u);
-    ASSERT_TRUE(fe.msg(Request::SetFeatures, kFeatures, {}, false));
+    ASSERT_TRUE(fe.msg(Request::SetFeatures, features, {}, false));
     const auto proto = fe.get(Request::GetProtocolFeatures);
     ASSERT_TRUE(proto);
     EXPECT_EQ(*proto, kBackendProtocolFeatures);
@@ -311,8 +312,8 @@ inline constexpr uint64_t kNegotiateMessages = 5;
 
 /// QEMU's order: features, owner, memory, then per vring num, base, addr,
 /// kick, call, enable; every request acked.
-inline void full_setup(FrontEnd& fe, Guest& g) {
-    negotiate(fe);
+inline void full_setup(FrontEnd& fe, Guest& g, uint64_t features = kFeatures) {
+    negotiate(fe, features);
     const int mfd = g.region.fd();
     ASSERT_EQ(fe.ack(Request::SetMemTable, g.mem_table(), std::span(&mfd, 1)), 0u);
     for (uint32_t i = 0; i < 2; ++i) {

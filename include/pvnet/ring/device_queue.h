@@ -57,8 +57,12 @@ struct DeviceQueueConfig {
     SplitRingAddrs addrs;
     /// The negotiated feature word (VIRTIO 1.2 2.2 "Feature Bits"), as the
     /// driver accepted it. The queue takes VIRTIO_RING_F_EVENT_IDX,
-    /// VIRTIO_RING_F_INDIRECT_DESC and VIRTIO_F_NOTIFY_ON_EMPTY from it at
-    /// create and ignores the other bits.
+    /// VIRTIO_RING_F_INDIRECT_DESC, VIRTIO_F_NOTIFY_ON_EMPTY and
+    /// VIRTIO_F_IN_ORDER from it at create and ignores the other bits. With
+    /// IN_ORDER every push must be of the oldest chain popped and not yet
+    /// pushed (unpop gives back the newest, so it keeps the order); any
+    /// other breaks the queue (PushOutOfOrder): a driver relying on the
+    /// order would take the wrong buffers.
     uint64_t features = 0;
     /// Where the device resumes reading the avail ring: 0 for a new ring, or
     /// the base a stopped queue reported (vhost-user SET_VRING_BASE /
@@ -76,7 +80,9 @@ struct DeviceQueueConfig {
     /// create() recovers from what the log holds: every head a previous
     /// device popped and never returned is returned used with length 0
     /// (counted in inflight_dropped); a log that does not fit the ring
-    /// refuses the queue (InflightBadLog, InflightBadUsed, InflightTooMany).
+    /// refuses the queue (InflightBadLog, InflightBadUsed, InflightTooMany;
+    /// with IN_ORDER, InflightNotInOrder unless the heads are the avail
+    /// ring's next ones in the log's pop order).
     std::span<std::byte> inflight;
 };
 
@@ -110,7 +116,8 @@ public:
     /// Gives back the last `n` popped chains, unused (vhost_discard_vq_desc).
     void unpop(uint16_t n) noexcept;
 
-    /// Stages a used entry; the driver sees it after flush_used().
+    /// Stages a used entry; the driver sees it after flush_used(). With
+    /// IN_ORDER, `id` must be the oldest chain in flight (PushOutOfOrder).
     Status<RingError> add_used(uint16_t id, uint32_t len) noexcept;
     /// Publishes all staged entries with one release-store of used.idx.
     void flush_used() noexcept;
@@ -196,10 +203,12 @@ private:
     bool event_idx_;
     bool indirect_;
     bool notify_on_empty_;
+    bool in_order_;
 
     RingIdx last_avail_idx_;
     RingIdx shadow_avail_idx_;  ///< avail.idx as last observed
     RingIdx used_idx_;          ///< published used.idx
+    RingIdx next_use_;          ///< IN_ORDER: avail index of the oldest chain in flight
     uint16_t staged_ = 0;       ///< used entries written, not yet published
     SignalledUsed signalled_used_;
     BrokenState broken_;  ///< read by other threads (stats)

@@ -20,6 +20,7 @@ enum class RingError : uint8_t {
     InflightBadLog,        ///< header (version, desc_num, room, alignment) or a flag not 0/1
     InflightBadUsed,       ///< log used_idx more than the size behind used.idx, or a used id >= size
     InflightTooMany,       ///< more heads in flight than the driver made available
+    InflightNotInOrder,    ///< VIRTIO_F_IN_ORDER: the heads in flight are not the avail ring's next ones
     // Device side: the driver broke a ring rule.
     AvailIdxJump,          ///< avail.idx moved more than the queue size
     HeadOutOfRange,        ///< avail ring head >= queue size
@@ -47,6 +48,8 @@ enum class RingError : uint8_t {
     // Caller errors (pvnet's own bug; counted, queue left alone).
     PushIdNotInflight,     ///< push of an id the device did not pop
     PushLenTooLong,        ///< push len above the chain's writable bytes
+    // pvnet's own bug the driver cannot survive: the queue stops.
+    PushOutOfOrder,        ///< VIRTIO_F_IN_ORDER: push of a chain other than the oldest popped
     Count
 };
 
