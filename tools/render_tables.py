@@ -479,9 +479,11 @@ def vhost_user(d):
     j = d.json("vhost-user")
     backends = j["backends"]
     pvnet = [b for b in backends if b != "dpdk"]
+    # The client's in_order setting is a column once the data has it (issue 24).
+    in_order = any("in_order" in c for c in j["cells"])
     rows = []
     for c in j["cells"]:
-        row = [str(c["frame_bytes"]), str(c["queue_size"])]
+        row = [str(c["frame_bytes"]), str(c["queue_size"])] + ([str(c["in_order"])] if in_order else [])
         for b in backends:
             row.append(mmm([r["rx_mpps"] for r in ok_runs(c["backends"][b])], 2))
         if "dpdk" in backends:
@@ -494,14 +496,23 @@ def vhost_user(d):
             if b.endswith("event"):
                 row.append(fmt(med([r["backend_cpu_ns_per_pkt"] for r in ok_runs(c["backends"][b])]), 1))
         rows.append(row)
-    header = ["frame B", "queue"] + [f"{b} Mpps" for b in backends]
+    header = ["frame B", "queue"] + (["client in_order"] if in_order else []) + [f"{b} Mpps" for b in backends]
     if "dpdk" in backends:
         header += [f"{b} / dpdk" for b in pvnet]
     header += [f"{b} backend ns CPU/pkt" for b in pvnet if b.endswith("event")]
     huge = "2 MiB hugepages" if j.get("hugepages") else "no hugepages"
+    # What the client negotiated with each backend, per in_order setting (the same, or it says).
+    feats = []
+    for io in sorted({c["in_order"] for c in j["cells"] if "in_order" in c}, reverse=True):
+        per = {b: sorted({c["backends"][b].get("negotiated", "-") for c in j["cells"] if c.get("in_order") == io})
+               for b in backends}
+        feats.append(f"in_order={io}: " + "; ".join(f"{b} {' | '.join(v)}" for b, v in per.items()))
+    negotiated = ("\nFeatures the client negotiated (its log; rx / tx path): " + ". ".join(feats) + ".\n"
+                  if feats else "")
     return (f"Client rx Mpps (the loop's throughput), medians of {j['repeat']} interleaved rounds "
             f"(min–max); ratios within a round; {huge}, backend on CPU {j['backend_cpu']}, client on "
-            f"CPU {j['client_cpu']}:\n\n" + table(header, rows) + d.source("vhost-user"))
+            f"CPU {j['client_cpu']}{'; each in_order setting of the client in the same round' if in_order else ''}:"
+            f"\n\n" + table(header, rows) + negotiated + d.source("vhost-user"))
 
 
 def xps(d, name="xps"):

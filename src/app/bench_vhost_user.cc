@@ -2,9 +2,12 @@
 // forwarding, `start tx_first 32`, one polling lcore) as the guest of a
 // vhost-user backend on the other CPU: testpmd's net_vhost in macswap mode
 // (the DPDK reference), and `pvnet serve --macswap` in poll and event mode.
-// Every cell (frame size × queue size) runs each backend once per round, so
-// the backends interleave (A B A B) and a placement change of the two vCPUs
-// hits them alike; ratios are taken within a round.
+// Every cell (frame size × queue size × the client's in_order setting) runs
+// each backend once per round, so the backends interleave (A B A B) and a
+// placement change of the two vCPUs hits them alike; ratios are taken within
+// a round. in_order=1 is DPDK's default and takes the client's in-order
+// paths where the backend offers VIRTIO_F_IN_ORDER (both do); in_order=0
+// takes its general ones. Each run records what the client negotiated.
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,12 +59,34 @@ std::string fmt(const std::vector<double>& v, const char* f = "%.3f (%.3f–%.3f
     return buf;
 }
 
+std::string hex(uint64_t v) {
+    char buf[24];
+    std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+    return buf;
+}
+
+// "0x910018000 (inorder / inorder)" for what the runs negotiated, each
+// distinct value once ("|" between); "-" when no run logged it.
+std::string negotiated(const std::vector<bench::VirtioUserPeerResult>& runs) {
+    std::vector<std::string> seen;
+    for (const auto& r : runs) {
+        if (r.features == 0) continue;
+        std::string v = hex(r.features) + " (" + r.rx_path + " / " + r.tx_path + ")";
+        if (std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(std::move(v));
+    }
+    if (seen.empty()) return "-";
+    std::string out = seen[0];
+    for (std::size_t i = 1; i < seen.size(); ++i) out += " | " + seen[i];
+    return out;
+}
+
 }  // namespace
 
 void add_bench_vhost_user(CLI::App& bench) {
     struct Opts {
         std::vector<uint32_t> frames{64, 512, 1518};
         std::vector<uint16_t> queues{256, 1024};
+        std::vector<int> in_orders{1, 0};
         std::vector<std::string> backends{kDpdk, "pvnet-poll", "pvnet-event"};
         int repeat = 5;
         double seconds = 1.0;
@@ -80,6 +105,10 @@ void add_bench_vhost_user(CLI::App& bench) {
     cmd->add_option("--queue-sizes", o->queues, "virtio-user queue_size and --txd/--rxd")
         ->delimiter(',')
         ->check(checks::PowerOfTwo(64, 4096));
+    cmd->add_option("--in-order", o->in_orders,
+                    "the client's virtio_user in_order devarg: 1 (DPDK's default), 0, or both")
+        ->delimiter(',')
+        ->check(checks::Int(0, 1));
     cmd->add_option("--backends", o->backends,
                     "dpdk (testpmd net_vhost macswap), pvnet-poll, pvnet-event (pvnet serve)")
         ->delimiter(',')
@@ -109,11 +138,13 @@ void add_bench_vhost_user(CLI::App& bench) {
         struct Cell {
             uint32_t frame;
             uint16_t queue;
+            bool in_order;
             std::map<std::string, std::vector<bench::VirtioUserPeerResult>> runs;  // by backend
         };
         std::vector<Cell> cells;
         for (uint32_t f : o->frames)
-            for (uint16_t q : o->queues) cells.push_back({f, q, {}});
+            for (uint16_t q : o->queues)
+                for (int io : o->in_orders) cells.push_back({f, q, io != 0, {}});
 
         const std::size_t total = cells.size() * o->backends.size() * static_cast<std::size_t>(o->repeat);
         std::size_t done = 0;
@@ -127,13 +158,14 @@ void add_bench_vhost_user(CLI::App& bench) {
                     cfg.client_cpu = o->client_cpu;
                     cfg.queue_size = c.queue;
                     cfg.frame_bytes = static_cast<uint16_t>(c.frame);
+                    cfg.in_order = c.in_order;
                     cfg.seconds = o->seconds;
                     cfg.warmup_s = o->warmup;
                     cfg.hugepages = !o->no_hugepages;
                     bench::VirtioUserPeerResult res = bench::run_virtio_user_peer(cfg);
                     ++done;
-                    std::fprintf(stderr, "\r[%zu/%zu] %4u B q%-5u %-12s %7.3f Mpps%s   ", done,
-                                 total, c.frame, c.queue, b.c_str(), res.rx_mpps,
+                    std::fprintf(stderr, "\r[%zu/%zu] %4u B q%-5u in_order=%d %-12s %7.3f Mpps%s   ",
+                                 done, total, c.frame, c.queue, c.in_order, b.c_str(), res.rx_mpps,
                                  res.ok ? "" : (" ERROR: " + res.error + "\n").c_str());
                     if (!res.ok) all_ok = false;
                     c.runs[b].push_back(std::move(res));
@@ -164,38 +196,51 @@ void add_bench_vhost_user(CLI::App& bench) {
                     "each backend (CPU %d), %s: client rx Mpps median (min–max) of %d\n",
                     o->client_cpu, o->backend_cpu, o->no_hugepages ? "no hugepages" : "2 MiB hugepages",
                     o->repeat);
-        std::printf("%-6s %-6s", "frame", "queue");
+        std::printf("%-6s %-6s %-8s", "frame", "queue", "in_order");
         for (const auto& b : o->backends) std::printf(" %24s", b.c_str());
         std::printf("\n");
         for (const Cell& c : cells) {
-            std::printf("%-6u %-6u", c.frame, c.queue);
+            std::printf("%-6u %-6u %-8d", c.frame, c.queue, c.in_order);
             for (const auto& b : o->backends) std::printf(" %24s", fmt(mpps_of(c.runs.at(b))).c_str());
             std::printf("\n");
         }
         if (have_dpdk && o->backends.size() > 1) {
-            std::printf("\npvnet/DPDK: median (min–max) of same-round ratios\n%-6s %-6s", "frame", "queue");
+            std::printf("\npvnet/DPDK: median (min–max) of same-round ratios\n%-6s %-6s %-8s", "frame",
+                        "queue", "in_order");
             for (const auto& b : o->backends)
                 if (b != kDpdk) std::printf(" %24s", b.c_str());
             std::printf("\n");
             for (const Cell& c : cells) {
-                std::printf("%-6u %-6u", c.frame, c.queue);
+                std::printf("%-6u %-6u %-8d", c.frame, c.queue, c.in_order);
                 for (const auto& b : o->backends)
                     if (b != kDpdk) std::printf(" %24s", fmt(ratios_of(c, b)).c_str());
                 std::printf("\n");
             }
         }
         std::printf("\nbackend CPU ns per packet (process utime+stime / client rx in the window; "
-                    "a poller spends its whole CPU): median (min–max)\n%-6s %-6s", "frame", "queue");
+                    "a poller spends its whole CPU): median (min–max)\n%-6s %-6s %-8s", "frame", "queue",
+                    "in_order");
         for (const auto& b : o->backends) std::printf(" %24s", b.c_str());
         std::printf("\n");
         for (const Cell& c : cells) {
-            std::printf("%-6u %-6u", c.frame, c.queue);
+            std::printf("%-6u %-6u %-8d", c.frame, c.queue, c.in_order);
             for (const auto& b : o->backends) {
                 std::vector<double> v;
                 for (const auto& r : c.runs.at(b))
                     if (r.ok) v.push_back(ns_per_pkt(r));
                 std::printf(" %24s", fmt(v, "%.1f (%.1f–%.1f)").c_str());
             }
+            std::printf("\n");
+        }
+        // The same client, so the same features against each backend, or the
+        // comparison is not of the backends alone.
+        std::printf("\nnegotiated virtio features (the client's log; rx / tx path), "
+                    "every run of the cell unless listed\n%-6s %-6s %-8s", "frame", "queue", "in_order");
+        for (const auto& b : o->backends) std::printf(" %38s", b.c_str());
+        std::printf("\n");
+        for (const Cell& c : cells) {
+            std::printf("%-6u %-6u %-8d", c.frame, c.queue, c.in_order);
+            for (const auto& b : o->backends) std::printf(" %38s", negotiated(c.runs.at(b)).c_str());
             std::printf("\n");
         }
 
@@ -216,6 +261,7 @@ void add_bench_vhost_user(CLI::App& bench) {
                 nlohmann::json jc;
                 jc["frame_bytes"] = c.frame;
                 jc["queue_size"] = c.queue;
+                jc["in_order"] = c.in_order ? 1 : 0;
                 for (const auto& b : o->backends) {
                     nlohmann::json jb;
                     for (const auto& r : c.runs.at(b)) {
@@ -225,10 +271,14 @@ void add_bench_vhost_user(CLI::App& bench) {
                              {"backend_cpu_s", r.backend_cpu_s}, {"backend_cpu_ns_per_pkt", ns_per_pkt(r)},
                              {"client_rx", r.client_rx}, {"client_tx", r.client_tx},
                              {"backend_rx", r.backend_rx}, {"backend_tx", r.backend_tx},
-                             {"backend_final", r.backend_final}});
+                             {"backend_final", r.backend_final},
+                             {"offered_features", hex(r.offered_features)},
+                             {"features", hex(r.features)}, {"rx_path", r.rx_path},
+                             {"tx_path", r.tx_path}});
                     }
                     const Stat s = stat_of(mpps_of(c.runs.at(b)));
                     jb["mpps"] = {{"median", s.median}, {"min", s.min}, {"max", s.max}};
+                    jb["negotiated"] = negotiated(c.runs.at(b));
                     if (have_dpdk && b != kDpdk) {
                         const Stat q = stat_of(ratios_of(c, b));
                         jb["ratio_to_dpdk"] = {{"median", q.median}, {"min", q.min}, {"max", q.max}};

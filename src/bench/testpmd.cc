@@ -207,9 +207,11 @@ struct Run {
 std::vector<std::string> testpmd_args(const std::string& exe, int cpu, const std::string& huge_dir,
                                       const std::string& prefix, const std::string& vdev,
                                       uint16_t qsize, const char* fwd,
-                                      const std::vector<std::string>& extra = {}) {
+                                      const std::vector<std::string>& extra = {},
+                                      const std::vector<std::string>& eal_extra = {}) {
     const std::string c = std::to_string(cpu), q = std::to_string(qsize);
     std::vector<std::string> a{exe, "--lcores=0@" + c + ",1@" + c, "--no-pci"};
+    a.insert(a.end(), eal_extra.begin(), eal_extra.end());
     if (huge_dir.empty()) {
         a.insert(a.end(), {"--no-huge", "-m", "256"});
     } else {
@@ -392,6 +394,29 @@ std::string final_line(const std::string& out) {
     return last;
 }
 
+// The rest of the last line of virtio's init log holding `key`, after it
+// (a port reconfigured renegotiates: the last word counts).
+std::string init_log_after(const std::string& out, std::string_view key) {
+    const std::size_t at = out.rfind(key);
+    if (at == std::string::npos) return {};
+    const std::size_t from = at + key.size();
+    return out.substr(from, out.find_first_of("\r\n", from) - from);
+}
+
+uint64_t init_log_features(const std::string& out, std::string_view key) {
+    return std::strtoull(init_log_after(out, key).c_str(), nullptr, 16);  // PRIx64, no 0x
+}
+
+// "set_rxtx_funcs(): virtio: using inorder Rx path on port 0" -> "inorder".
+std::string init_log_path(const std::string& out, std::string_view dir) {
+    const std::string tail = std::string(" ") + std::string(dir) + " path on port 0";
+    const std::size_t end = out.rfind(tail);
+    if (end == std::string::npos) return {};
+    constexpr std::string_view kUsing = "virtio: using ";
+    const std::size_t at = out.rfind(kUsing, end);
+    return at == std::string::npos ? std::string() : out.substr(at + kUsing.size(), end - at - kUsing.size());
+}
+
 VirtioUserPeerResult run_peer(const VirtioUserPeerConfig& cfg) {
     VirtioUserPeerResult res;
     const auto fail = [&res](std::string why) {
@@ -447,9 +472,12 @@ VirtioUserPeerResult run_peer(const VirtioUserPeerConfig& cfg) {
     }
     if (!start(r.virtio,
                testpmd_args(*exe, cfg.client_cpu, r.huge_dir, r.vu_prefix,
-                            "net_virtio_user0,path=" + r.sock +
-                                ",queues=1,queue_size=" + std::to_string(cfg.queue_size),
-                            cfg.queue_size, "io", {kMbufs}),
+                            "net_virtio_user0,path=" + r.sock + ",queues=1,queue_size=" +
+                                std::to_string(cfg.queue_size) +
+                                ",in_order=" + (cfg.in_order ? "1" : "0"),
+                            cfg.queue_size, "io", {kMbufs},
+                            // The negotiated features and the chosen paths, for the record.
+                            {"--log-level=pmd.net.virtio.init:debug"}),
                err) ||
         !command(r.virtio, "set txpkts " + std::to_string(cfg.frame_bytes), err))
         return fail(err);
@@ -470,6 +498,11 @@ VirtioUserPeerResult run_peer(const VirtioUserPeerConfig& cfg) {
                     "\nbackend output ends:\n" + r.vhost.last_output());
     if (dpdk_backend && !command(r.vhost, "start", err)) return fail(err);
     if (!command(r.virtio, "start tx_first 32", err)) return fail(err);
+    const std::string& log = r.virtio.child->output();
+    res.offered_features = init_log_features(log, "host_features before negotiate = ");
+    res.features = init_log_features(log, "features after negotiate = ");
+    res.rx_path = init_log_path(log, "Rx");
+    res.tx_path = init_log_path(log, "Tx");
 
     sleep_pumping({&r.vhost, &r.virtio}, cfg.warmup_s);
     const pid_t bpid = r.vhost.child->pid();

@@ -191,6 +191,8 @@ const Bad kBad[] = {
     {"bench relay", "--ping-count", "0"},
     {"bench relay", "--json", "/pvcli-no-such-dir/out.json"},
     {"bench relay", "--plot", "/pvcli-no-such-dir/prefix"},
+    // pvnet bench vhost-user
+    {"bench vhost-user", "--in-order", "2"},
 };
 
 INSTANTIATE_TEST_SUITE_P(EveryOption, BadValue, ::testing::ValuesIn(kBad),

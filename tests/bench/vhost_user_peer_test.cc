@@ -11,6 +11,7 @@
 
 #include "pvnet/bench/testpmd.h"
 #include "pvnet/lab/child.h"
+#include "pvnet/virtio/virtio_config.h"
 
 namespace pvnet::bench {
 namespace {
@@ -41,10 +42,26 @@ void expect_counts_agree(const VirtioUserPeerResult& r, uint16_t qsize) {
     EXPECT_GT(r.window_rx_pkts, 0u);
 }
 
+constexpr uint64_t kInOrder = virtio::feature_mask(virtio::VIRTIO_F_IN_ORDER);
+
+// The client's record of the features: offered and negotiated IN_ORDER (and
+// its in-order paths) with in_order=1, neither with in_order=0.
+void expect_in_order(const VirtioUserPeerResult& r, bool in_order) {
+    ASSERT_TRUE(r.ok) << r.error;
+    ASSERT_NE(r.features, 0u) << "the client logged no negotiated features";
+    EXPECT_NE(r.features & virtio::feature_mask(virtio::VIRTIO_F_VERSION_1), 0u);
+    EXPECT_EQ((r.features & kInOrder) != 0, in_order) << std::hex << r.features;
+    EXPECT_EQ((r.offered_features & kInOrder) != 0, in_order) << std::hex << r.offered_features;
+    EXPECT_EQ(r.rx_path == "inorder", in_order) << r.rx_path;
+    EXPECT_EQ(r.tx_path == "inorder", in_order) << r.tx_path;
+}
+
 TEST(VirtioUserPeer, DpdkVhostBackendNoHugepages) {
     ASSERT_TRUE(testpmd_available()) << "dpdk-testpmd not installed (Debian: dpdk; make deps installs it)";
     const auto cfg = no_huge_config();
-    expect_counts_agree(run_virtio_user_peer(cfg), cfg.queue_size);
+    const auto r = run_virtio_user_peer(cfg);
+    expect_counts_agree(r, cfg.queue_size);
+    expect_in_order(r, true);
 }
 
 TEST(VirtioUserPeer, BackendThatNeverListensFailsBounded) {
@@ -59,19 +76,35 @@ TEST(VirtioUserPeer, BackendThatNeverListensFailsBounded) {
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(25));
 }
 
-class PvnetServePeer : public ::testing::TestWithParam<const char*> {};
+struct ServeCase {
+    const char* mode;
+    bool in_order;  ///< the client's in_order devarg
+};
 
+class PvnetServePeer : public ::testing::TestWithParam<ServeCase> {};
+
+// The client's default (in_order=1) negotiates IN_ORDER with pvnet serve and
+// runs its in-order paths, which take used entries by position: every frame
+// back and the counts agree only if pvnet used them in order.
 TEST_P(PvnetServePeer, MacswapCountsAgree) {
     ASSERT_TRUE(testpmd_available()) << "dpdk-testpmd not installed (Debian: dpdk; make deps installs it)";
     auto cfg = no_huge_config();
+    cfg.in_order = GetParam().in_order;
     cfg.backend_command = {PVNET_EXE, "serve", "--vhost-user", "{sock}", "--macswap",
-                           "--mode", GetParam(), "--backend-cpu", "0"};
+                           "--mode", GetParam().mode, "--backend-cpu", "0"};
     const auto r = run_virtio_user_peer(cfg);
     expect_counts_agree(r, cfg.queue_size);
     EXPECT_FALSE(r.backend_final.empty());
+    expect_in_order(r, cfg.in_order);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, PvnetServePeer, ::testing::Values("event", "poll"));
+INSTANTIATE_TEST_SUITE_P(Modes, PvnetServePeer,
+                         ::testing::Values(ServeCase{"event", true}, ServeCase{"poll", true},
+                                           ServeCase{"poll", false}),
+                         [](const ::testing::TestParamInfo<ServeCase>& p) {
+                             return std::string(p.param.mode) +
+                                    (p.param.in_order ? "InOrder" : "NotInOrder");
+                         });
 
 // DPDK's memory in 2 MiB hugepages (hugetlbfs fds in SET_MEM_TABLE, as `pvnet
 // bench vhost-user` runs it): pvnet maps whole huge pages. Root: the run

@@ -64,6 +64,9 @@ struct VirtioUserPeerConfig {
     int client_cpu = 1;                    ///< both lcores of the client: --lcores=0@c,1@c
     uint16_t queue_size = 256;             ///< virtio_user queue_size, --txd/--rxd
     uint16_t frame_bytes = 64;             ///< client `set txpkts N`
+    /// virtio_user's in_order devarg: true (DPDK's default) asks for
+    /// VIRTIO_F_IN_ORDER and, negotiated, takes the client's in-order rx/tx paths.
+    bool in_order = true;
     double warmup_s = 1.0;
     double seconds = 1.0;                  ///< measured window
     double ready_timeout_s = 10.0;         ///< a command backend's wait for its "ready" line
@@ -83,6 +86,12 @@ struct VirtioUserPeerResult {
     /// port counters, and the backend's (testpmd telemetry, or its final line).
     uint64_t client_rx = 0, client_tx = 0, backend_rx = 0, backend_tx = 0;
     std::string backend_final;     ///< a command backend's final line
+    /// From the client's virtio init log (pmd.net.virtio.init at debug): the
+    /// backend's offer as the client's device presents it (devargs such as
+    /// in_order=0 mask it), what the client negotiated (0: not logged), and
+    /// the rx and tx paths it chose ("inorder", "mergeable buffer", ...).
+    uint64_t offered_features = 0, features = 0;
+    std::string rx_path, tx_path;
 };
 
 /// Starts backend then client, measures, stops the client's forwarding,
