@@ -74,7 +74,8 @@ run xps-relay bench xps --transport relay --json "$out/xps-relay.json" \
 run grants bench grants --json "$out/grants.json" --plot "$out/grants.png" \
     ::full --repeat 3 --seconds 2 ::quick --repeat 1 --seconds 0.3 --guests 1,2
 
-# DPDK's virtio-user against testpmd's vhost and pvnet serve (poll, event).
+# DPDK's virtio-user against testpmd's vhost and pvnet serve (poll, event), the client with
+# in_order=1 (its default: VIRTIO_F_IN_ORDER, offered by both) and in_order=0 in each round.
 run vhost-user bench vhost-user --json "$out/vhost-user.json" \
     ::full --repeat 5 ::quick --repeat 1 --seconds 0.3 --warmup 0.3 --frame-bytes 64 --queue-sizes 256
 
