@@ -4,7 +4,7 @@
 // port-independent steps; the loop that calls the port is handle_rx.h.
 #include <algorithm>
 #include <cstddef>
-#include <cstring>
+#include <span>
 
 #include "pvnet/backend/net_device.h"
 #include "pvnet/util/iov.h"
@@ -52,7 +52,15 @@ ring::PopStatus NetDevice::get_rx_bufs(Pair& p, uint32_t need, uint16_t& nheads,
             at_iov_limit = true;
             break;
         }
-        std::memcpy(b.iov.data() + niov, c.writable().data(), c.in_num * sizeof(iovec));
+        // Field by field, not memcpy: walk_chain has just stored each iovec as
+        // two 8-byte words, and a 16-byte load of them cannot be forwarded, so
+        // it waited for the store buffer to drain behind the stores into guest
+        // memory (44 % of serve --macswap's CPU at 64 B; docs/performance.md).
+        const std::span<const iovec> w = c.writable();
+        for (std::size_t k = 0; k < w.size(); ++k) {
+            b.iov[niov + k].iov_base = w[k].iov_base;
+            b.iov[niov + k].iov_len = w[k].iov_len;
+        }
         niov += c.in_num;
         b.heads[nheads] = ring::UsedElem{c.head, c.in_bytes};
         ++nheads;
