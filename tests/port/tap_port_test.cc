@@ -108,14 +108,14 @@ TEST_P(TapBatchTest, SendBatchWritesAllAndCountsRejections) {
     for (uint64_t seq = 0; seq < 10; ++seq) frames.push_back(udp_frame(seq));
     reinterpret_cast<virtio::virtio_net_hdr*>(frames[3].data())->hdr_len.set(1000);  // EINVAL
     std::vector<std::array<iovec, 2>> iovs;
-    std::vector<TapTxFrame> batch;
+    std::vector<TxFrame> batch;
     iovs.reserve(frames.size());
     for (Frame& f : frames) {
         iovs.push_back({iovec{f.data(), 5}, iovec{f.data() + 5, f.size() - 5}});
         batch.push_back({iovs.back(), static_cast<uint32_t>(f.size())});
     }
     batch[6].len -= 1;  // disagrees with its iovecs: never submitted
-    const TapBatchResult r = (*tap)->send_batch(batch);
+    const SendBatchResult r = (*tap)->send_batch(batch);
     EXPECT_EQ(r.taken, 10u);
     EXPECT_EQ(r.sent, 8u);
     EXPECT_FALSE(r.retry);
