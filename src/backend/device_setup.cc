@@ -30,7 +30,7 @@ std::string_view to_string(DeviceError e) noexcept {
 NetDevice::~NetDevice() = default;
 
 Status<DeviceError> NetDevice::init(std::span<const PortFds> ports,
-                                    std::span<const uint32_t> max_frames) noexcept {
+                                    std::span<const uint32_t> max_frames, bool tx_batch) noexcept {
     const std::size_t nworkers =
         opt_.workers == 0 ? ports.size() : std::min<std::size_t>(opt_.workers, ports.size());
     for (std::size_t w = 0; w < nworkers; ++w) {
@@ -55,6 +55,10 @@ Status<DeviceError> NetDevice::init(std::span<const PortFds> ports,
         p->rx_chain.reset(new (std::nothrow) ring::DescChain);
         p->tx_chain.reset(new (std::nothrow) ring::DescChain);
         if (!p->rx_chain || !p->tx_chain) return unexpected(DeviceError::NoMemory);
+        if (tx_batch) {
+            p->tx_batch.reset(new (std::nothrow) TxBatch);
+            if (!p->tx_batch) return unexpected(DeviceError::NoMemory);
+        }
         auto rx_co = notify::Coalescer::create(opt_.rx_coalesce);
         auto tx_co = notify::Coalescer::create(opt_.tx_coalesce);
         if (!rx_co || !tx_co) return unexpected(DeviceError::System);

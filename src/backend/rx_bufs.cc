@@ -2,6 +2,10 @@
 // fills several single-buffer chains, the first one's header says how many
 // (num_buffers), as vhost's get_rx_bufs and handle_rx do. These are the
 // port-independent steps; the loop that calls the port is handle_rx.h.
+// Chains popped for a packet and left unfilled are held for the run's next
+// packet instead of being given back and popped again (vhost's handle_rx
+// discards them, but knows each length from peek_head_len; a tap reader
+// does not, and gathers 64 KiB for every frame).
 #include <algorithm>
 #include <cstddef>
 #include <span>
@@ -17,9 +21,14 @@ ring::PopStatus NetDevice::get_rx_bufs(Pair& p, uint32_t need, uint16_t& nheads,
     ring::SplitDeviceQueue& q = *p.rx.q;
     ring::DescChain& c = *p.rx_chain;
     RxBufs& b = *p.rx_bufs;
-    nheads = 0;
-    niov = 0;
-    room = 0;
+    // The chains an earlier packet of this run left come first: they are the
+    // last popped, so whatever follows keeps the gathered ones in pop order.
+    nheads = b.held;
+    niov = b.held_iov;
+    room = b.held_bytes;
+    b.held = 0;
+    b.held_iov = 0;
+    b.held_bytes = 0;
     at_iov_limit = false;
     while (room < need) {
         if (niov == b.iov.size()) {
@@ -63,6 +72,7 @@ ring::PopStatus NetDevice::get_rx_bufs(Pair& p, uint32_t need, uint16_t& nheads,
         }
         niov += c.in_num;
         b.heads[nheads] = ring::UsedElem{c.head, c.in_bytes};
+        b.head_iovs[nheads] = c.in_num;
         ++nheads;
         room += c.in_bytes;
     }
@@ -73,18 +83,19 @@ uint32_t NetDevice::finish_mergeable(Pair& p, uint16_t nheads, std::size_t niov,
                                      uint32_t len) noexcept {
     ring::SplitDeviceQueue& q = *p.rx.q;
     RxBufs& b = *p.rx_bufs;
-    // The chains the packet filled; the rest go back to the ring. A drop
-    // (len 0) gives them all back.
+    // The chains the packet filled; the rest wait for the run's next packet
+    // (with no length to peek, a small frame fills one of the 64 KiB's worth
+    // gathered). A drop (len 0) keeps them all.
     uint16_t filled = 0;
     for (uint32_t left = len; left != 0 && filled < nheads; ++filled) {
         left -= std::min(left, b.heads[filled].len);
     }
-    q.unpop(static_cast<uint16_t>(nheads - filled));
     if (len < kHdrBytes) {
         // A drop, or a port that wrote no header: nothing tells the driver
         // how many buffers; each filled chain goes back as a short one.
         p.stats.rx_drop_no_room.add();
         for (uint16_t k = 0; k < filled; ++k) (void)q.add_used(b.heads[k].id, 0);
+        hold_rx_bufs(p, filled, nheads, niov);
         return filled;
     }
     // num_buffers (le16) in the first buffer's header, which may itself be
@@ -100,7 +111,36 @@ uint32_t NetDevice::finish_mergeable(Pair& p, uint16_t nheads, std::size_t niov,
         left -= n;
     }
     if (filled > 1) p.stats.rx_merged_pkts.add();
+    hold_rx_bufs(p, filled, nheads, niov);  // after num_buffers: it moves the pieces
     return filled;
+}
+
+void NetDevice::hold_rx_bufs(Pair& p, uint16_t first, uint16_t nheads, std::size_t niov) noexcept {
+    RxBufs& b = *p.rx_bufs;
+    std::size_t off = 0;  // pieces of the chains before `first`
+    for (uint16_t k = 0; k < first; ++k) off += b.head_iovs[k];
+    const auto n = static_cast<uint16_t>(nheads - first);
+    if (first != 0 && n != 0) {
+        std::memmove(b.heads.data(), b.heads.data() + first, n * sizeof b.heads[0]);
+        std::memmove(b.head_iovs.data(), b.head_iovs.data() + first, n * sizeof b.head_iovs[0]);
+        std::memmove(b.iov.data(), b.iov.data() + off, (niov - off) * sizeof b.iov[0]);
+    }
+    uint64_t bytes = 0;
+    for (uint16_t k = 0; k < n; ++k) bytes += b.heads[k].len;
+    b.held = n;
+    b.held_iov = niov - off;
+    b.held_bytes = bytes;
+}
+
+void NetDevice::release_rx_bufs(Pair& p) noexcept {
+    RxBufs& b = *p.rx_bufs;
+    if (b.held == 0) return;
+    // Held chains are the last popped (get_rx_bufs takes them before popping
+    // more), so unpop gives back exactly them, each unused.
+    p.rx.q->unpop(b.held);
+    b.held = 0;
+    b.held_iov = 0;
+    b.held_bytes = 0;
 }
 
 }  // namespace pvnet::backend

@@ -206,6 +206,7 @@ bool TapPort::rx_pending() noexcept {
 
 void TapPort::count_read_error(int err) noexcept {
     if (err == EAGAIN) {
+        rx_was_empty_ = true;
         rx_empty.add();
     } else {
         // EINVAL: tun dequeued the frame and freed it (tun_do_read frees what
@@ -215,6 +216,7 @@ void TapPort::count_read_error(int err) noexcept {
 }
 
 uint32_t TapPort::recv(std::span<const iovec> dst) noexcept {
+    rx_was_empty_ = false;
     // readv takes at most IOV_MAX pieces, one of them our overflow byte.
     const std::size_t n_iov = std::min<std::size_t>(dst.size(), kMaxRxIov);
     std::size_t room = 0;
@@ -313,21 +315,27 @@ SendResult TapPort::send(std::span<const iovec> src, uint32_t len) noexcept {
     return count_write(n < 0 ? -errno : n, len);
 }
 
-TapBatchResult TapPort::send_batch(std::span<const TapTxFrame> frames) noexcept {
-    TapBatchResult out;
+SendBatchResult TapPort::send_batch(std::span<const TxFrame> frames) noexcept {
+    SendBatchResult out;
+    // One frame: a writev, one syscall as an enter is, without the ring's work.
+    const bool one = frames.size() == 1;
     while (out.taken < frames.size()) {
         const auto rest = frames.subspan(out.taken);
-        TapBatchResult r;
-        if (ring_) r = submit_writes(rest.first(std::min<std::size_t>(rest.size(), ring_entries_)));
+        SendBatchResult r;
+        if (ring_ && !one) {
+            r = submit_writes(rest.first(std::min<std::size_t>(rest.size(), ring_entries_)));
+        }
         if (r.taken == 0 && !r.retry) {
             // No ring, or its head write did not run (interrupted, or the ring
             // failed): this frame by writev, so every pass makes progress.
             const SendResult s = send(rest[0].iov, rest[0].len);
-            r = {s == SendResult::Retry ? 0u : 1u, s == SendResult::Sent ? 1u : 0u,
+            const bool sent = s == SendResult::Sent;
+            r = {s == SendResult::Retry ? 0u : 1u, sent ? 1u : 0u, sent ? rest[0].len : 0u,
                  s == SendResult::Retry};
         }
         out.taken += r.taken;
         out.sent += r.sent;
+        out.sent_bytes += r.sent_bytes;
         if (r.retry) {
             out.retry = true;
             break;
@@ -342,7 +350,7 @@ TapBatchResult TapPort::send_batch(std::span<const TapTxFrame> frames) noexcept 
 /// and cancels the rest (-ECANCELED) after one that did not, so a Retry
 /// never lets a later frame overtake it; a frame dropped mid-link has its
 /// followers submitted again by the caller.
-TapBatchResult TapPort::submit_writes(std::span<const TapTxFrame> frames) noexcept {
+SendBatchResult TapPort::submit_writes(std::span<const TxFrame> frames) noexcept {
     io_uring* ring = ring_.get();
     uint32_t queued = 0;
     io_uring_sqe* last = nullptr;
@@ -396,7 +404,7 @@ TapBatchResult TapPort::submit_writes(std::span<const TapTxFrame> frames) noexce
         tx_batch_ring_failed.add();
         ring_.reset();
     }
-    TapBatchResult r;
+    SendBatchResult r;
     for (uint32_t k = 0; k < frames.size(); ++k) {
         const int res = tx_res_[k];
         if (res == kResBadLen) {
@@ -415,7 +423,10 @@ TapBatchResult TapPort::submit_writes(std::span<const TapTxFrame> frames) noexce
                 r.retry = true;
                 break;
             }
-            if (s == SendResult::Sent) ++r.sent;
+            if (s == SendResult::Sent) {
+                ++r.sent;
+                r.sent_bytes += frames[k].len;
+            }
         }
         ++r.taken;
     }

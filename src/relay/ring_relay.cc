@@ -114,6 +114,9 @@ Result<std::unique_ptr<RingRelay>, std::string> RingRelay::create(const RingRela
     // (GUEST_TSO*): the same set, or nothing.
     a.offloads = b.offloads = cfg.offloads ? port::kTunFGso : 0u;
     a.link_up = b.link_up = true;
+    // The backend hands tap B each tx burst at once (VhostNet's send_batch):
+    // io_uring writes, one enter per burst.
+    b.tx_batch = backend::kMaxBurst;
     // One queue: a plain tap, as before queues existed. More: the first
     // open makes the multi-queue tap, each further one attaches a queue.
     a.multi_queue = b.multi_queue = cfg.queues > 1;

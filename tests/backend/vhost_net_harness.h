@@ -183,8 +183,10 @@ struct Options {
 
 /// Guest memory (the in-process pairing's two views), both rings with a
 /// test-driven driver on each, the doorbells, the port and the device
-/// under test, configured from the pairing's device description.
-class Harness {
+/// under test, configured from the pairing's device description. `Port`: a
+/// FakePort, or one that adds optional port concepts to it.
+template <typename Port = FakePort>
+class BasicHarness {
 public:
     static constexpr uint64_t kBase = pair::kGuestBase;
     static constexpr uint64_t kRingArea = 1024 * 1024;  ///< per ring (size <= 32768)
@@ -193,9 +195,9 @@ public:
     static constexpr uint64_t kMemBytes = 2 * kRingArea + uint64_t{kSlots} * kSlotBytes;
     static constexpr uint64_t kDataGpa = kBase + 2 * kRingArea;
 
-    using Dev = VhostNet<FakePort>;
+    using Dev = VhostNet<Port>;
 
-    explicit Harness(const Options& o) : opt_(o) {
+    explicit BasicHarness(const Options& o) : opt_(o) {
         if (ring::split_ring_bytes(o.size) > kRingArea) throw std::logic_error("ring too big");
         if (auto err = pairing_.setup_memory(kMemBytes, 2, "vhost_net_test")) {
             throw std::runtime_error(*err);
@@ -326,7 +328,7 @@ public:
         std::memcpy(host(a.desc + 16u * uint64_t{i}), &d, sizeof d);
     }
 
-    FakePort port;
+    Port port;
 
 private:
     Options opt_;
@@ -336,6 +338,7 @@ private:
     std::unique_ptr<Dev> dev_;
 };
 
+using Harness = BasicHarness<>;
 using Dev = Harness::Dev;
 
 /// Waits until `done()` or 10 s; true if it held (every wait is bounded).

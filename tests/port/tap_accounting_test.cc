@@ -313,7 +313,7 @@ TEST_P(TapHeldBatchTest, SendBatchStopsAtTheFirstRetryAndWritesNothingAfterIt) {
     constexpr std::size_t kFrames = 64;
     std::vector<Frame> frames;
     std::vector<iovec> iovs;
-    std::vector<TapTxFrame> batch;
+    std::vector<TxFrame> batch;
     frames.reserve(kFrames);
     iovs.reserve(kFrames);
     for (uint64_t seq = 0; seq < kFrames; ++seq) {
@@ -323,7 +323,7 @@ TEST_P(TapHeldBatchTest, SendBatchStopsAtTheFirstRetryAndWritesNothingAfterIt) {
     }
     batch.back().len -= 1;  // a bad length: counted only once it is taken
 
-    const TapBatchResult r = tap->send_batch(batch);
+    const SendBatchResult r = tap->send_batch(batch);
     ASSERT_TRUE(r.retry) << "64 frames and the send buffer never filled";
     ASSERT_LT(r.taken, kFrames - 1);
     EXPECT_EQ(r.sent, r.taken);
@@ -335,7 +335,7 @@ TEST_P(TapHeldBatchTest, SendBatchStopsAtTheFirstRetryAndWritesNothingAfterIt) {
 
     release();
     ASSERT_TRUE(writable(tap->tx_fd(), 2000));
-    const TapBatchResult rest = tap->send_batch(std::span(batch).subspan(r.taken));
+    const SendBatchResult rest = tap->send_batch(std::span(batch).subspan(r.taken));
     EXPECT_FALSE(rest.retry);
     EXPECT_EQ(rest.taken, kFrames - r.taken);
     EXPECT_EQ(rest.sent, kFrames - r.taken - 1);

@@ -108,14 +108,14 @@ TEST_P(TapBatchTest, SendBatchWritesAllAndCountsRejections) {
     for (uint64_t seq = 0; seq < 10; ++seq) frames.push_back(udp_frame(seq));
     reinterpret_cast<virtio::virtio_net_hdr*>(frames[3].data())->hdr_len.set(1000);  // EINVAL
     std::vector<std::array<iovec, 2>> iovs;
-    std::vector<TapTxFrame> batch;
+    std::vector<TxFrame> batch;
     iovs.reserve(frames.size());
     for (Frame& f : frames) {
         iovs.push_back({iovec{f.data(), 5}, iovec{f.data() + 5, f.size() - 5}});
         batch.push_back({iovs.back(), static_cast<uint32_t>(f.size())});
     }
     batch[6].len -= 1;  // disagrees with its iovecs: never submitted
-    const TapBatchResult r = (*tap)->send_batch(batch);
+    const SendBatchResult r = (*tap)->send_batch(batch);
     EXPECT_EQ(r.taken, 10u);
     EXPECT_EQ(r.sent, 8u);
     EXPECT_FALSE(r.retry);
@@ -126,9 +126,48 @@ TEST_P(TapBatchTest, SendBatchWritesAllAndCountsRejections) {
     EXPECT_EQ((*tap)->tx_drop_bad_len.get(), 1u);
     EXPECT_EQ((*tap)->tx_last_errno(), EINVAL);
     EXPECT_EQ((*tap)->tx_batch_ring_failed.get(), 0u);
+    uint64_t sent_bytes = 0;
+    for (const uint64_t seq : {0u, 1u, 2u, 4u, 5u, 7u, 8u, 9u}) sent_bytes += frames[seq].size();
+    EXPECT_EQ(r.sent_bytes, sent_bytes);
+    EXPECT_EQ((*tap)->tx_bytes.get(), sent_bytes);
     for (const uint64_t seq : {0u, 1u, 2u, 4u, 5u, 7u, 8u, 9u}) {
         EXPECT_EQ(sink.next_seq(), std::optional<uint64_t>(seq));
     }
+    // A batch of one (a writev, not the ring) is counted the same way.
+    const SendBatchResult one = (*tap)->send_batch(std::span(batch).first(1));
+    EXPECT_EQ(one.taken, 1u);
+    EXPECT_EQ(one.sent, 1u);
+    EXPECT_EQ(one.sent_bytes, frames[0].size());
+    EXPECT_EQ((*tap)->tx_pkts.get(), 9u);
+    EXPECT_EQ(sink.next_seq(), std::optional<uint64_t>(0));
+}
+
+// port::HasRecvEmpty: the backend reads without polling first, so a read
+// that finds nothing must say so and count no drop; any other read clears it.
+TEST_F(TapRootTest, ReadOfAnEmptyTapSaysEmptyAndDropsNothing) {
+    auto tap = TapPort::open(config("pvt0"));
+    ASSERT_TRUE(tap.has_value()) << to_string(tap.error());
+    Frame buf(2048);
+    const std::array<iovec, 1> iov{iovec{buf.data(), buf.size()}};
+    EXPECT_EQ((*tap)->recv(iov), 0u);
+    EXPECT_TRUE((*tap)->recv_was_empty());
+    EXPECT_EQ((*tap)->rx_empty.get(), 1u);
+    EXPECT_EQ((*tap)->rx_drops(), 0u);
+    address("pvt0");
+    Frame req = arp_request();
+    ASSERT_TRUE(send_split(**tap, req));
+    ASSERT_TRUE(await_arp_reply(**tap).has_value()) << "no ARP reply within 2 s";
+    EXPECT_FALSE((*tap)->recv_was_empty()) << "the read that delivered";
+    // Whatever else the kernel queued (IPv6 router solicitations), then empty.
+    for (int i = 0; i < 100 && (*tap)->recv(iov) != 0; ++i) {
+        EXPECT_FALSE((*tap)->recv_was_empty());
+    }
+    EXPECT_TRUE((*tap)->recv_was_empty());
+    // Less room than the header on an empty tap: empty too, not a drop.
+    const std::array<iovec, 1> tiny{iovec{buf.data(), 4}};
+    EXPECT_EQ((*tap)->recv(tiny), 0u);
+    EXPECT_TRUE((*tap)->recv_was_empty());
+    EXPECT_EQ((*tap)->rx_drops(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tap, TapBatchTest, ::testing::Values(0u, 4u));

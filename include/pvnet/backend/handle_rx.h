@@ -25,6 +25,16 @@
 
 namespace pvnet::backend {
 
+/// The port's last recv() returned 0 because nothing waited (HasRecvEmpty).
+template <port::Port P>
+bool recv_found_empty(const P& port) noexcept {
+    if constexpr (port::HasRecvEmpty<P>) {
+        return port.recv_was_empty();
+    } else {
+        return false;
+    }
+}
+
 template <port::Port P>
 void VhostNet<P>::run_rx(Pair& p) noexcept {
     ring::SplitDeviceQueue& q = *p.rx.q;
@@ -40,6 +50,9 @@ void VhostNet<P>::run_rx(Pair& p) noexcept {
     uint64_t bytes = 0;
     bool requeue = false;
     const bool hash_report = hash_report_;  // hoisted: one register test per packet
+    // A port whose empty read is cheap is read without asking first: its
+    // EAGAIN is the test (rx_pending() only when the guest has no buffer).
+    constexpr bool try_read = port::HasRecvEmpty<P>;
     for (;;) {
         ring::PopStatus st = ring::PopStatus::Ok;
         uint32_t burst = 0;
@@ -47,7 +60,7 @@ void VhostNet<P>::run_rx(Pair& p) noexcept {
         uint16_t given_back = 0;  // chains too few for the packet, back on the ring
         bool port_empty = false;
         while (burst < kMaxBurst) {
-            if (!port.rx_pending()) {
+            if (!try_read && !port.rx_pending()) {
                 port_empty = true;
                 break;
             }
@@ -56,6 +69,10 @@ void VhostNet<P>::run_rx(Pair& p) noexcept {
                 uint32_t n = 0;
                 st = recv_mergeable(p, len, n, given_back);
                 if (st != ring::PopStatus::Ok) break;
+                if (n == 0 && recv_found_empty(port)) {  // its chains are held
+                    port_empty = true;
+                    break;
+                }
                 used += n;
             } else {
                 st = q.pop(c);
@@ -65,6 +82,11 @@ void VhostNet<P>::run_rx(Pair& p) noexcept {
                     s.rx_drop_bad_chain.add();
                 } else {
                     len = hash_report ? recv_hashed(p, c.writable()) : port.recv(c.writable());
+                    if (len == 0 && recv_found_empty(port)) {
+                        q.unpop(1);  // unused: the next run pops it again
+                        port_empty = true;
+                        break;
+                    }
                     if (len == 0) s.rx_drop_no_room.add();
                 }
                 (void)q.add_used(c.head, len);
@@ -79,6 +101,11 @@ void VhostNet<P>::run_rx(Pair& p) noexcept {
                 requeue = true;
                 break;
             }
+        }
+        // Out of guest buffers before the port was asked: ask it now, so that
+        // an empty port is not taken for a guest that must refill.
+        if (try_read && st == ring::PopStatus::Empty && given_back == 0 && !port.rx_pending()) {
+            port_empty = true;
         }
         passes += burst;
         if (used != 0) {
@@ -110,6 +137,7 @@ void VhostNet<P>::run_rx(Pair& p) noexcept {
             }
         }
     }
+    if (mergeable_rx_) release_rx_bufs(p);  // chains held past the run's last packet
     if (requeue) {
         p.pending |= kRxWork;
         s.rx_weight_requeue.add();
@@ -155,6 +183,10 @@ ring::PopStatus VhostNet<P>::recv_mergeable(Pair& p, uint32_t& bytes, uint32_t& 
     }
     const std::span<const iovec> bufs(p.rx_bufs->iov.data(), niov);
     const uint32_t len = hash_report_ ? recv_hashed(p, bufs) : port.recv(bufs);
+    if (len == 0 && recv_found_empty(port)) {
+        hold_rx_bufs(p, 0, nheads, niov);  // nothing came: all kept for the next try
+        return st;
+    }
     used = finish_mergeable(p, nheads, niov, len);
     bytes = len < kHdrBytes ? 0 : len;
     return st;

@@ -64,6 +64,7 @@
 #include "pvnet/notify/coalescer.h"
 #include "pvnet/notify/epoll.h"
 #include "pvnet/notify/event_fd.h"
+#include "pvnet/port/port.h"
 #include "pvnet/ring/device_queue.h"
 #include "pvnet/util/counters.h"
 #include "pvnet/util/result.h"
@@ -314,10 +315,30 @@ public:
 protected:
     /// A chain's pieces without the hash fields (cut_hash_fields).
     using CutIov = std::array<iovec, ring::kMaxIov + 1>;
-    /// Mergeable rx: the chains (head, bytes) and pieces one packet fills.
+    /// Mergeable rx: the chains (head, bytes, pieces) and pieces one packet
+    /// fills. The first `held` chains (`held_iov` pieces, `held_bytes`) were
+    /// popped and validated for an earlier packet of this run and not used:
+    /// the next packet starts with them, and the run's end gives them back
+    /// (release_rx_bufs). Held chains are always the last ones popped, so
+    /// unpop returns exactly them.
     struct RxBufs {
         std::array<ring::UsedElem, ring::kMaxIov> heads;
+        std::array<uint16_t, ring::kMaxIov> head_iovs;  ///< pieces of heads[k]
         std::array<iovec, ring::kMaxIov> iov;
+        uint16_t held = 0;
+        std::size_t held_iov = 0;
+        uint64_t held_bytes = 0;
+    };
+    /// handle_tx for a port with send_batch: the burst's packets staged for
+    /// one call, in pop order (the last `n` chains popped), each frame's
+    /// pieces copied from its chain into `iov`.
+    struct TxBatch {
+        std::array<port::TxFrame, kMaxBurst> frames;
+        std::array<uint16_t, kMaxBurst> heads;
+        std::array<uint32_t, kMaxBurst> chain_bytes;  ///< out_bytes, what the weight counted
+        std::array<iovec, 2 * (ring::kMaxIov + 1)> iov;  ///< room for any one chain's cut
+        uint32_t n = 0;
+        std::size_t niov = 0;
     };
     /// One vring of a pair: its setup, its queue while started, its
     /// interrupt path.
@@ -348,6 +369,7 @@ protected:
         std::unique_ptr<ring::DescChain> rx_chain;
         std::unique_ptr<ring::DescChain> tx_chain;
         std::unique_ptr<RxBufs> rx_bufs;  ///< mergeable rx only
+        std::unique_ptr<TxBatch> tx_batch;  ///< ports with send_batch only; under tx_mu
         std::unique_ptr<CutIov> rx_cut;   ///< HASH_REPORT only: the worker's
         std::unique_ptr<CutIov> tx_cut;   ///< HASH_REPORT only: under tx_mu
         PortFds port;
@@ -367,8 +389,10 @@ protected:
     };
 
     NetDevice(const VhostNetOptions& opt) noexcept : opt_(opt) {}
-    /// Builds the pairs (one per entry of `ports`), coalescers, epoll and wake fd.
-    Status<DeviceError> init(std::span<const PortFds> ports, std::span<const uint32_t> max_frames) noexcept;
+    /// Builds the pairs (one per entry of `ports`), coalescers, epoll and wake
+    /// fd; with `tx_batch` (the ports have send_batch) each pair's TxBatch.
+    Status<DeviceError> init(std::span<const PortFds> ports, std::span<const uint32_t> max_frames,
+                             bool tx_batch) noexcept;
 
     /// The packet loops, over the concrete port (vhost_net.h). Called with
     /// the pair's worker mutex held (or by process_tx_now without it); run_tx
@@ -415,17 +439,21 @@ protected:
     /// port_len below a header (nothing written).
     uint32_t report_hash(const Pair& p, std::span<const iovec> chain,
                          uint32_t port_len) const noexcept;
-    /// get_rx_bufs: pops single-buffer chains until they hold `need` bytes or
-    /// kMaxIov pieces. Ok: gathered (nheads chains, niov pieces, `room`
+    /// get_rx_bufs: takes the held chains, then pops single-buffer chains
+    /// until they hold `need` bytes or kMaxIov pieces. Ok: gathered (nheads chains, niov pieces, `room`
     /// bytes; room < need when the ring ran dry first or, `at_iov_limit`,
     /// the next chain would pass kMaxIov pieces), or a bad chain met and all
     /// nheads returned used with 0 (niov 0); Empty: nothing available; Broken.
     ring::PopStatus get_rx_bufs(Pair& p, uint32_t need, uint16_t& nheads, std::size_t& niov,
                                 uint64_t& room, bool& at_iov_limit) noexcept;
-    /// After recv wrote `len` bytes into the gathered chains: gives back the
-    /// unfilled ones, writes num_buffers, stages the used entries. Returns
-    /// the used entries staged.
+    /// After recv wrote `len` bytes into the gathered chains: keeps the
+    /// unfilled ones for the run's next packet (held), writes num_buffers,
+    /// stages the used entries. Returns the used entries staged.
     uint32_t finish_mergeable(Pair& p, uint16_t nheads, std::size_t niov, uint32_t len) noexcept;
+    /// The gathered chains [first, nheads) become the held ones.
+    void hold_rx_bufs(Pair& p, uint16_t first, uint16_t nheads, std::size_t niov) noexcept;
+    /// A run ends: the held chains go back to the ring, unused.
+    void release_rx_bufs(Pair& p) noexcept;
     /// A run moved `pkts` packets of `bytes` in `passes` weight units.
     static void account_run(uint32_t pkts, uint64_t bytes, uint32_t passes, Counter& pkts_ctr,
                             Counter& bytes_ctr, Counter& max_run) noexcept {

@@ -75,6 +75,12 @@ private:
     /// no buffers at all).
     ring::PopStatus recv_mergeable(Pair& p, uint32_t& bytes, uint32_t& used,
                                    uint16_t& given_back) noexcept;
+    /// HasSendBatch: hands the staged packets to the port in one call and
+    /// stages the used entries of those it took; the rest and the `after`
+    /// chains popped since (unused) go back to the ring, in order. Returns
+    /// the staged chains given back (0: all taken); `bytes` loses theirs.
+    uint32_t flush_tx_batch(Pair& p, uint16_t after, uint32_t& sent, uint64_t& sent_bytes,
+                            uint64_t& bytes) noexcept;
     /// HASH_REPORT: the port receives into `chain` without the hash fields,
     /// which are then filled in. The chain's length (report_hash's).
     uint32_t recv_hashed(Pair& p, std::span<const iovec> chain) noexcept;
@@ -96,7 +102,9 @@ Result<std::unique_ptr<VhostNet<P>>, DeviceError> VhostNet<P>::create(
         if constexpr (port::HasMaxFrame<P>) max_frames[i] = ports[i]->max_frame_bytes();
     }
     d->ports_.assign(ports.begin(), ports.end());
-    if (auto st = d->init(fds, max_frames); !st) return unexpected(st.error());
+    if (auto st = d->init(fds, max_frames, port::HasSendBatch<P>); !st) {
+        return unexpected(st.error());
+    }
     // No session yet: a port takes traffic for the guest once its rx vring starts.
     if constexpr (port::HasSession<P>) {
         for (P* port : d->ports_) port->session_end();

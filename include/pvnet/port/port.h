@@ -41,6 +41,42 @@ concept Port = requires(P& p, std::span<const iovec> iov, uint32_t len) {
     { p.send(iov, len) } noexcept -> std::same_as<SendResult>;
 };
 
+/// Optional: a recv() that finds nothing waiting costs no more than asking
+/// rx_pending() would (a tap's read that says EAGAIN), and says so: it
+/// returns 0 and recv_was_empty() is then true (false after any other recv).
+/// The device tries the read instead of asking first: one syscall less per
+/// packet, as vhost's handle_rx takes "no frame" from the socket's recvmsg.
+template <typename P>
+concept HasRecvEmpty = requires(const P& p) {
+    { p.recv_was_empty() } noexcept -> std::same_as<bool>;
+};
+
+/// One packet of a send_batch(): hdr+frame over `iov`, `len` bytes in all.
+struct TxFrame {
+    std::span<const iovec> iov;
+    uint32_t len = 0;
+};
+
+/// What send_batch() did with a burst. frames[0, taken) are done, each Sent
+/// or Dropped (counted by the port) as send() would have said; `sent` and
+/// `sent_bytes` are the Sent ones. With `retry`, frames[taken] found no room
+/// (Retry) and neither it nor any later frame was taken: the device gives
+/// them back in order and offers them again. Without it, taken == frames.size().
+struct SendBatchResult {
+    uint32_t taken = 0;
+    uint32_t sent = 0;
+    uint64_t sent_bytes = 0;
+    bool retry = false;
+};
+
+/// Optional: sends a burst in order as one call (a tap's io_uring writes in
+/// one enter), so handle_tx hands its burst over at once instead of a send()
+/// per packet. The iovecs may be reused once it returns.
+template <typename P>
+concept HasSendBatch = requires(P& p, std::span<const TxFrame> frames) {
+    { p.send_batch(frames) } noexcept -> std::same_as<SendBatchResult>;
+};
+
 /// Optional: an fd that is readable while a frame waits, for event mode's
 /// epoll (without one the worker polls rx_pending() when it wakes).
 template <typename P>

@@ -23,7 +23,9 @@
 // rx_drops(); every packet offered is, once, sent (tx_pkts) or counted in
 // tx_drops(); each Retry is one tx_retry and the packet comes again.
 //
-// Port contract: include/pvnet/port/port.h (Port, HasRxFd, HasTxFd, HasMaxFrame).
+// Port contract: include/pvnet/port/port.h (Port, HasRxFd, HasTxFd, HasMaxFrame,
+// HasRecvEmpty: a read that says EAGAIN is the emptiness test, no poll first;
+// HasSendBatch).
 // One thread uses a TapPort's data path; counters may be read from any.
 #pragma once
 
@@ -78,23 +80,6 @@ struct TapConfig {
     uint32_t tx_batch = 0;
 };
 
-/// One frame of a send_batch: hdr+frame over `iov`, `len` bytes in all.
-struct TapTxFrame {
-    std::span<const iovec> iov;
-    uint32_t len = 0;
-};
-
-/// What send_batch did with a burst. frames[0, taken) are done, each sent or
-/// dropped and counted as send() counts it. If `retry`, frames[taken] found
-/// no room (EAGAIN/ENOBUFS, one tx_retry) and neither it nor any later frame
-/// was written: offer them again, in order, once tx_fd() is writable.
-/// Without `retry`, taken == frames.size().
-struct TapBatchResult {
-    uint32_t taken = 0;
-    uint32_t sent = 0;  ///< of the taken, the frames the kernel took whole
-    bool retry = false;
-};
-
 /// Why a write was rejected or a read failed, by errno (EAGAIN/ENOBUFS on a
 /// write is a Retry and EINTR is retried: neither is counted here).
 enum class TapErrno : uint8_t {
@@ -127,24 +112,27 @@ public:
     TapPort(const TapPort&) = delete;
     TapPort& operator=(const TapPort&) = delete;
 
-    /// A frame waits to be read: a poll() with no timeout. Exact, because the
-    /// backend pops a guest buffer before recv and a 0 from recv spends it;
-    /// the syscall it costs is measured in results/2026-11-30/tap-io.txt.
+    /// A frame waits to be read: a poll() with no timeout. The backend asks
+    /// only when the guest has no buffer to try a read into (recv_was_empty).
     bool rx_pending() noexcept;
     /// Reads one hdr+frame into `dst`; returns its length, or 0 if none
-    /// waited (rx_empty) or it was dropped (consumed and counted in rx_drops():
-    /// e.g. less room than the header, or a frame longer than `dst`).
+    /// waited (rx_empty, recv_was_empty()) or it was dropped (consumed and
+    /// counted in rx_drops(): e.g. less room than the header, or a frame
+    /// longer than `dst`).
     uint32_t recv(std::span<const iovec> dst) noexcept;
+    /// The last recv() found nothing (EAGAIN): port::HasRecvEmpty.
+    bool recv_was_empty() const noexcept { return rx_was_empty_; }
     /// Writes one hdr+frame of `len` bytes (the sum of src's lengths): Sent,
     /// Dropped (counted in tx_drops()) or Retry (no room: tx_retry, not written).
     SendResult send(std::span<const iovec> src, uint32_t len) noexcept;
     /// Writes the frames in order, io_uring batched when available, up to the
-    /// first that must be retried (see TapBatchResult); each frame taken is
+    /// first that must be retried (port::SendBatchResult: a Retry is one
+    /// tx_retry, EAGAIN/ENOBUFS); one frame alone is a writev. Each frame taken is
     /// counted as send() counts it. The io_uring writes of one enter are
     /// linked (IOSQE_IO_LINK), so none runs after one that failed, and
     /// RWF_NOWAIT, so none waits for room. All writes have completed on
     /// return: the iovecs may be reused.
-    TapBatchResult send_batch(std::span<const TapTxFrame> frames) noexcept;
+    SendBatchResult send_batch(std::span<const TxFrame> frames) noexcept;
     /// send_batch goes through io_uring (false: never set up, or it failed).
     bool tx_batch_uring() const noexcept { return ring_ != nullptr; }
     int rx_fd() const noexcept { return fd_; }
@@ -202,7 +190,7 @@ private:
     /// Dequeues and frees every waiting frame, at most kMaxDrain; how many.
     uint32_t drain() noexcept;
     void count_read_error(int err) noexcept;
-    TapBatchResult submit_writes(std::span<const TapTxFrame> frames) noexcept;
+    SendBatchResult submit_writes(std::span<const TxFrame> frames) noexcept;
 
     /// IOV_MAX (1024, the ring's kMaxIov too) less recv's overflow piece.
     static constexpr std::size_t kMaxRxIov = 1023;
@@ -216,6 +204,7 @@ private:
     unsigned offloads_;
     std::array<iovec, kMaxRxIov + 1> rx_iov_{};  ///< recv's pieces + the overflow byte
     std::byte rx_overflow_{};
+    bool rx_was_empty_ = false;
     std::unique_ptr<io_uring, RingDeleter> ring_;
     uint32_t ring_entries_ = 0;
     std::array<int, kMaxTxBatch> tx_res_{};  ///< submit_writes: each frame's CQE result (or a mark)
@@ -223,6 +212,6 @@ private:
 };
 
 static_assert(Port<TapPort> && HasRxFd<TapPort> && HasTxFd<TapPort> && HasMaxFrame<TapPort> &&
-              HasSession<TapPort>);
+              HasSession<TapPort> && HasRecvEmpty<TapPort> && HasSendBatch<TapPort>);
 
 }  // namespace pvnet::port

@@ -93,15 +93,15 @@ Sample measure(double seconds, const std::function<uint64_t()>& other_cpu_ns, Fn
 // ---- write direction -------------------------------------------------------
 
 /// hdr + frame, ready to write; one per in-flight io_uring slot.
-struct TxFrame {
+struct OwnedFrame {
     std::array<std::byte, kHdr + kFrameBytes> bytes{};
     std::array<iovec, 2> iov{};
 };
 
-std::vector<TxFrame> make_tx_frames(std::size_t n) {
+std::vector<OwnedFrame> make_tx_frames(std::size_t n) {
     auto fmt = FrameFormat::create(kFrameBytes);
     FrameGen gen(*fmt);
-    std::vector<TxFrame> v(n);
+    std::vector<OwnedFrame> v(n);
     for (std::size_t i = 0; i < n; ++i) {
         gen.write_frame(i, v[i].bytes.data() + kHdr, kFrameBytes);
         v[i].iov = {iovec{v[i].bytes.data(), kHdr}, iovec{v[i].bytes.data() + kHdr, kFrameBytes}};
@@ -126,7 +126,7 @@ uint64_t write_loop(TapPort& tap, uint64_t deadline, uint64_t& errors) {
 /// TapPort::send_batch: N writes per io_uring_enter, all reaped before the next.
 uint64_t batch_write_loop(TapPort& tap, unsigned batch, uint64_t deadline, uint64_t& errors) {
     auto frames = make_tx_frames(batch);
-    std::vector<TapTxFrame> refs(batch);
+    std::vector<port::TxFrame> refs(batch);
     for (unsigned i = 0; i < batch; ++i) refs[i] = {frames[i].iov, kHdr + kFrameBytes};
     uint64_t n = 0;
     do {
