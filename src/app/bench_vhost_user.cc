@@ -4,7 +4,8 @@
 // (the DPDK reference), and `pvnet serve --macswap` in poll and event mode.
 // Every cell (frame size × queue size) runs each backend once per round, so
 // the backends interleave (A B A B) and a placement change of the two vCPUs
-// hits them alike; ratios are taken within a round.
+// hits them alike; ratios are taken within a round, overall and per
+// placement class (a probe before each run).
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,15 +46,6 @@ std::string this_executable() {
 
 double ns_per_pkt(const bench::VirtioUserPeerResult& r) {
     return r.window_rx_pkts ? r.backend_cpu_s * 1e9 / static_cast<double>(r.window_rx_pkts) : 0;
-}
-
-// "median (min–max)", or "-" when no run gave a value.
-std::string fmt(const std::vector<double>& v, const char* f = "%.3f (%.3f–%.3f)") {
-    if (v.empty()) return "-";
-    const Stat s = stat_of(v);
-    char buf[96];
-    std::snprintf(buf, sizeof buf, f, s.median, s.min, s.max);
-    return buf;
 }
 
 }  // namespace
@@ -110,10 +102,11 @@ void add_bench_vhost_user(CLI::App& bench) {
             uint32_t frame;
             uint16_t queue;
             std::map<std::string, std::vector<bench::VirtioUserPeerResult>> runs;  // by backend
+            std::map<std::string, std::vector<bench::PlacementProbe>> placement;   // before each run
         };
         std::vector<Cell> cells;
         for (uint32_t f : o->frames)
-            for (uint16_t q : o->queues) cells.push_back({f, q, {}});
+            for (uint16_t q : o->queues) cells.push_back({f, q, {}, {}});
 
         const std::size_t total = cells.size() * o->backends.size() * static_cast<std::size_t>(o->repeat);
         std::size_t done = 0;
@@ -130,13 +123,16 @@ void add_bench_vhost_user(CLI::App& bench) {
                     cfg.seconds = o->seconds;
                     cfg.warmup_s = o->warmup;
                     cfg.hugepages = !o->no_hugepages;
+                    const bench::PlacementProbe p = probe_before_run(o->backend_cpu, o->client_cpu);
                     bench::VirtioUserPeerResult res = bench::run_virtio_user_peer(cfg);
                     ++done;
-                    std::fprintf(stderr, "\r[%zu/%zu] %4u B q%-5u %-12s %7.3f Mpps%s   ", done,
-                                 total, c.frame, c.queue, b.c_str(), res.rx_mpps,
+                    std::fprintf(stderr, "\r[%zu/%zu] %4u B q%-5u %-12s %7.3f Mpps %-4s %4.0f ns%s   ",
+                                 done, total, c.frame, c.queue, b.c_str(), res.rx_mpps,
+                                 bench::to_string(p.placement), p.round_trip_ns,
                                  res.ok ? "" : (" ERROR: " + res.error + "\n").c_str());
                     if (!res.ok) all_ok = false;
                     c.runs[b].push_back(std::move(res));
+                    c.placement[b].push_back(p);
                 }
             }
         }
@@ -150,12 +146,20 @@ void add_bench_vhost_user(CLI::App& bench) {
         };
         // pvnet / DPDK within each round where both ran.
         const auto ratios_of = [&](const Cell& c, const std::string& b) {
-            std::vector<double> v;
+            RoundRatios v;
             const auto& d = c.runs.at(kDpdk);
             const auto& p = c.runs.at(b);
             for (std::size_t r = 0; r < p.size() && r < d.size(); ++r)
-                if (p[r].ok && d[r].ok && d[r].rx_mpps > 0) v.push_back(p[r].rx_mpps / d[r].rx_mpps);
+                if (p[r].ok && d[r].ok && d[r].rx_mpps > 0)
+                    v.add(p[r].rx_mpps / d[r].rx_mpps, c.placement.at(b)[r].placement,
+                          c.placement.at(kDpdk)[r].placement);
             return v;
+        };
+        // Every run of the cell, all backends.
+        const auto cell_placement = [&](const Cell& c) {
+            std::vector<bench::PlacementProbe> all;
+            for (const auto& [b, ps] : c.placement) all.insert(all.end(), ps.begin(), ps.end());
+            return placement_counts(all);
         };
         const bool have_dpdk =
             std::find(o->backends.begin(), o->backends.end(), kDpdk) != o->backends.end();
@@ -166,11 +170,11 @@ void add_bench_vhost_user(CLI::App& bench) {
                     o->repeat);
         std::printf("%-6s %-6s", "frame", "queue");
         for (const auto& b : o->backends) std::printf(" %24s", b.c_str());
-        std::printf("\n");
+        std::printf("  placement\n");
         for (const Cell& c : cells) {
             std::printf("%-6u %-6u", c.frame, c.queue);
             for (const auto& b : o->backends) std::printf(" %24s", fmt(mpps_of(c.runs.at(b))).c_str());
-            std::printf("\n");
+            std::printf("  %s\n", cell_placement(c).c_str());
         }
         if (have_dpdk && o->backends.size() > 1) {
             std::printf("\npvnet/DPDK: median (min–max) of same-round ratios\n%-6s %-6s", "frame", "queue");
@@ -180,8 +184,16 @@ void add_bench_vhost_user(CLI::App& bench) {
             for (const Cell& c : cells) {
                 std::printf("%-6u %-6u", c.frame, c.queue);
                 for (const auto& b : o->backends)
-                    if (b != kDpdk) std::printf(" %24s", fmt(ratios_of(c, b)).c_str());
+                    if (b != kDpdk) std::printf(" %24s", ratios_of(c, b).text().c_str());
                 std::printf("\n");
+            }
+            std::printf("\npvnet/DPDK by placement class of both runs (mixed: they differ): "
+                        "median ×rounds\n");
+            for (const Cell& c : cells) {
+                for (const auto& b : o->backends)
+                    if (b != kDpdk)
+                        std::printf("%-6u %-6u %-12s %s\n", c.frame, c.queue, b.c_str(),
+                                    ratios_of(c, b).by_class_text().c_str());
             }
         }
         std::printf("\nbackend CPU ns per packet (process utime+stime / client rx in the window; "
@@ -212,26 +224,28 @@ void add_bench_vhost_user(CLI::App& bench) {
             j["backends"] = o->backends;
             j["client"] = "dpdk-testpmd net_virtio_user, io fwd, start tx_first 32";
             j["cpu_source"] = "backend process /proc/PID/stat utime+stime over the window";
+            j["placement_source"] = placement_source();
             for (const Cell& c : cells) {
                 nlohmann::json jc;
                 jc["frame_bytes"] = c.frame;
                 jc["queue_size"] = c.queue;
                 for (const auto& b : o->backends) {
                     nlohmann::json jb;
-                    for (const auto& r : c.runs.at(b)) {
+                    for (std::size_t ri = 0; ri < c.runs.at(b).size(); ++ri) {
+                        const auto& r = c.runs.at(b)[ri];
                         jb["runs"].push_back(
                             {{"ok", r.ok}, {"error", r.error}, {"rx_mpps", r.rx_mpps},
                              {"tx_mpps", r.tx_mpps}, {"window_rx_pkts", r.window_rx_pkts},
                              {"backend_cpu_s", r.backend_cpu_s}, {"backend_cpu_ns_per_pkt", ns_per_pkt(r)},
                              {"client_rx", r.client_rx}, {"client_tx", r.client_tx},
                              {"backend_rx", r.backend_rx}, {"backend_tx", r.backend_tx},
-                             {"backend_final", r.backend_final}});
+                             {"backend_final", r.backend_final},
+                             {"placement", placement_json(c.placement.at(b)[ri])}});
                     }
                     const Stat s = stat_of(mpps_of(c.runs.at(b)));
                     jb["mpps"] = {{"median", s.median}, {"min", s.min}, {"max", s.max}};
                     if (have_dpdk && b != kDpdk) {
-                        const Stat q = stat_of(ratios_of(c, b));
-                        jb["ratio_to_dpdk"] = {{"median", q.median}, {"min", q.min}, {"max", q.max}};
+                        jb["ratio_to_dpdk"] = ratios_of(c, b).json();
                     }
                     jc["backends"][b] = jb;
                 }
