@@ -1,7 +1,7 @@
 // Where the two vCPUs of a run sit relative to each other, measured rather
-// than assumed: on the development VM they are either near (a cache-line
-// round trip of ~70 ns) or far (~400 ns) and the host flips them within
-// seconds, which halves a two-thread rate. The benches probe before every
+// than assumed: on the development VM they are either near or far (a
+// cache-line round trip several times longer) and the host flips them
+// within seconds, which halves a two-thread rate. The benches probe before every
 // run and report ratios per placement class as well as overall (issue 24).
 #pragma once
 
