@@ -7,6 +7,9 @@
 #   make deps       install missing Debian packages (no-op when all present)
 #   make bench      every experiment the docs show into results/<date>-<commit>/, docs re-rendered
 #                   (root; QUICK=1: a short smoke run, docs untouched)
+#   make bench-compare BASE=<commit>  this tree against BASE on the headline cells (PVP,
+#                   bench vhost-user, the relay), interleaved A B A B, same-round ratios
+#                   (root; tools/bench-compare.py; ROUNDS=5, CELLS=pvp,vhost-user,relay)
 #
 # Variables (override on the command line, e.g. `make test FUZZ_SECONDS=30`):
 #   FUZZ_SECONDS    seconds per fuzz target in `make test` (default 5: 10 targets)
@@ -16,6 +19,8 @@
 #   ASAN_CTEST_ARGS extra ctest args for the ASan run (default -LE slow)
 #   TSAN_OPTIONS_EXTRA more TSAN_OPTIONS for `make test-tsan` (e.g. history_size=4)
 #   RUN_CMD         what `make run` executes after the release build
+#   BASE, ROUNDS, CELLS  `make bench-compare`: the commit, rounds (default 5), a subset of
+#                   pvp,vhost-user,relay (default all)
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
@@ -52,7 +57,7 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 # --no-tests=error: a run that selects nothing (a renamed label, an empty build) fails.
 CTEST := ctest --output-on-failure --no-tests=error --timeout $(CTEST_TIMEOUT) -j $(JOBS)
 
-.PHONY: all deps bench-deps bench build release asan tsan fuzz test test-release test-asan test-tsan test-fuzz run clean
+.PHONY: all deps bench-deps bench bench-compare build release asan tsan fuzz test test-release test-asan test-tsan test-fuzz run clean
 
 all: build
 
@@ -74,8 +79,10 @@ bench-deps:
 
 build: release asan fuzz
 
+# The release tree's flags; bench-compare builds BASE with them too, so ccache hits.
+RELEASE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=Release
 release: deps
-	CXX=g++ cmake -S . -B $(RELEASE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
+	CXX=g++ cmake -S . -B $(RELEASE_DIR) $(RELEASE_FLAGS)
 	cmake --build $(RELEASE_DIR) -j$(JOBS)
 
 # What ctest runs (target pvnet_tests: the test and replay binaries, pvnet), not the
@@ -172,6 +179,21 @@ else
 	python3 tools/render_tables.py --results $(BENCH_OUT) $(BENCH_OUT)/preview/*.md
 	@echo "bench: quick run in $(BENCH_OUT); docs rendered from it in $(BENCH_OUT)/preview/"
 endif
+
+# A regression guard for a change: BASE built in a work tree at
+# $(BUILD_ROOT)/bench-base/<sha> (reused), HEAD's pvnet in $(RELEASE_DIR), then each
+# headline cell run once per round by BASE's binary and once by HEAD's, in one boosted
+# autogroup per run; the table and its JSON go to $(BUILD_ROOT)/bench-compare/<base>-<head>-<time>/.
+# Root: testpmd's hugepages (vhost-user), the relay's namespaces. Wrap it in the machine's
+# bench lock when others share it (flock /tmp/pvnet-bench.lock make bench-compare ...).
+BASE   ?=
+ROUNDS ?= 5
+CELLS  ?= pvp,vhost-user,relay
+bench-compare: bench-deps
+	@[ -n "$(BASE)" ] || { echo "usage: make bench-compare BASE=<commit> [ROUNDS=5] [CELLS=pvp,vhost-user,relay]" >&2; exit 2; }
+	setsid -w bash -c 'echo -20 > /proc/self/autogroup; exec "$$@"' _ \
+	    python3 tools/bench-compare.py --base "$(BASE)" --rounds "$(ROUNDS)" --cells "$(CELLS)" \
+	        --build-root "$(BUILD_ROOT)" --jobs "$(JOBS)" --cmake-flags "$(RELEASE_FLAGS)"
 
 clean:
 	rm -rf $(BUILD_ROOT)

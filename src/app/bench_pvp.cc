@@ -1,6 +1,8 @@
 // `pvnet bench pvp`: seed 001's PVP table. Every cell (frame size × queue
 // size × weight) runs once per round, rounds repeat, so variants interleave
-// (A B A B) and a placement flip of the two vCPUs hits all of them alike.
+// (A B A B) and a placement flip of the two vCPUs hits all of them alike;
+// each run is preceded by a placement probe, and ratios are reported per
+// placement class as well as overall.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -87,12 +89,14 @@ void add_bench_pvp(CLI::App& bench) {
         boost_autogroup();
         // testpmd baseline per queue size, one entry per round.
         std::map<uint16_t, std::vector<bench::TestpmdResult>> baseline;
+        std::map<uint16_t, std::vector<bench::PlacementProbe>> baseline_placement;
         struct Cell {
             uint32_t frame;
             uint16_t queue;
             WeightRow w;
             bench::PvpTransport transport;
             std::vector<bench::PvpResult> runs;
+            std::vector<bench::PlacementProbe> placement;  ///< the probe before each run
         };
         std::vector<bench::PvpTransport> transports;
         if (o->transport != "vhost-user") transports.push_back(bench::PvpTransport::InProcess);
@@ -105,7 +109,7 @@ void add_bench_pvp(CLI::App& bench) {
             for (uint16_t q : o->queues)
                 for (const auto& w : o->weights)
                     for (const auto t : transports)
-                        cells.push_back({f, q, parse_weight(w, q, o->byte_weight), t, {}});
+                        cells.push_back({f, q, parse_weight(w, q, o->byte_weight), t, {}, {}});
 
         const std::size_t total = cells.size() * static_cast<std::size_t>(o->repeat);
         std::size_t done = 0;
@@ -118,11 +122,14 @@ void add_bench_pvp(CLI::App& bench) {
                     tc.seconds = o->seconds;
                     tc.vhost_cpu = o->backend_cpu;
                     tc.virtio_cpu = o->frontend_cpu;
+                    const bench::PlacementProbe p = probe_before_run(o->backend_cpu, o->frontend_cpu);
                     bench::TestpmdResult t = bench::run_testpmd_pvp(tc);
-                    std::fprintf(stderr, "\r[round %d] testpmd q%-5u %7.3f Mpps%s   ", r + 1, q,
-                                 t.mpps, t.ok ? "" : (" ERROR: " + t.error).c_str());
+                    std::fprintf(stderr, "\r[round %d] testpmd q%-5u %7.3f Mpps %-4s %4.0f ns%s   ",
+                                 r + 1, q, t.mpps, bench::to_string(p.placement), p.round_trip_ns,
+                                 t.ok ? "" : (" ERROR: " + t.error).c_str());
                     if (!t.ok) all_ok = false;
                     baseline[q].push_back(std::move(t));
+                    baseline_placement[q].push_back(p);
                 }
             }
             for (Cell& c : cells) {
@@ -139,17 +146,31 @@ void add_bench_pvp(CLI::App& bench) {
                 cfg.frontend_cpu = o->frontend_cpu;
                 cfg.transport = c.transport;
                 cfg.pvnet_exe = self_exe();
+                const bench::PlacementProbe p = probe_before_run(o->backend_cpu, o->frontend_cpu);
                 bench::PvpResult res = bench::run_pvp(cfg);
                 ++done;
-                std::fprintf(stderr, "\r[%zu/%zu] %4u B q%-5u %-11s %-10s %7.3f Mpps%s   ", done,
-                             total, c.frame, c.queue, c.w.name.c_str(), tname(c.transport), res.mpps,
+                std::fprintf(stderr, "\r[%zu/%zu] %4u B q%-5u %-11s %-10s %7.3f Mpps %-4s %4.0f ns%s   ",
+                             done, total, c.frame, c.queue, c.w.name.c_str(), tname(c.transport),
+                             res.mpps, bench::to_string(p.placement), p.round_trip_ns,
                              res.ok ? "" : (" ERROR: " + res.error).c_str());
                 if (!res.ok) all_ok = false;
                 c.runs.push_back(res);
+                c.placement.push_back(p);
             }
         }
         std::fprintf(stderr, "\n");
 
+        // Each cell's runs against testpmd's run of the same round and queue size.
+        const auto testpmd_ratios = [&](const Cell& c) {
+            RoundRatios ratio;
+            const auto& tr = baseline[c.queue];
+            const auto& tp = baseline_placement[c.queue];
+            for (std::size_t r = 0; r < c.runs.size() && r < tr.size(); ++r) {
+                if (tr[r].ok && tr[r].mpps > 0)
+                    ratio.add(c.runs[r].mpps / tr[r].mpps, c.placement[r].placement, tp[r].placement);
+            }
+            return ratio;
+        };
         // The seed's table: a row per weight, a column per queue size, per frame size.
         const char* mode = o->mode.c_str();
         for (const auto t : transports)
@@ -182,44 +203,45 @@ void add_bench_pvp(CLI::App& bench) {
         if (o->testpmd) {
             std::printf("\ntestpmd baseline (virtio-user io <-> vhost macswap, 64-byte tx_first "
                         "loop): Mpps median (min–max), and pvnet/testpmd ratio per cell "
-                        "(median of same-round ratios)\n");
+                        "(median of same-round ratios; then the median per placement class of "
+                    "both runs, mixed when they differ)\n");
             for (uint16_t q : o->queues) {
                 std::vector<double> m;
                 for (const auto& t : baseline[q]) m.push_back(t.mpps);
                 const Stat s = stat_of(m);
-                std::printf("queue %-5u testpmd %.3f (%.3f–%.3f)\n", q, s.median, s.min, s.max);
+                std::printf("queue %-5u testpmd %.3f (%.3f–%.3f)  placement %s\n", q, s.median, s.min,
+                            s.max, placement_counts(baseline_placement[q]).c_str());
             }
             for (const Cell& c : cells) {
-                std::vector<double> ratio;
-                for (std::size_t r = 0; r < c.runs.size(); ++r) {
-                    const auto& t = baseline[c.queue][r];
-                    if (t.ok && t.mpps > 0) ratio.push_back(c.runs[r].mpps / t.mpps);
-                }
-                const Stat s = stat_of(ratio);
-                std::printf("  %4u B q%-5u %-12s pvnet/testpmd %.3f (%.3f–%.3f)\n", c.frame, c.queue,
-                            c.w.name.c_str(), s.median, s.min, s.max);
+                const RoundRatios ratio = testpmd_ratios(c);
+                std::printf("  %4u B q%-5u %-12s pvnet/testpmd %s  %s\n", c.frame, c.queue,
+                            c.w.name.c_str(), ratio.text().c_str(), ratio.by_class_text().c_str());
             }
         }
         if (transports.size() == 2) {
             // Each vhost-user run against the in-process run of the same round and cell.
-            std::printf("\nvhost-user / in-process Mpps, median (min–max) of same-round ratios\n");
+            std::printf("\nvhost-user / in-process Mpps, median (min–max) of same-round ratios, "
+                        "and per placement class\n");
             for (std::size_t i = 0; i + 1 < cells.size(); i += 2) {
                 const Cell& in = cells[i];
                 const Cell& vu = cells[i + 1];
-                std::vector<double> ratio;
+                RoundRatios ratio;
                 for (std::size_t r = 0; r < in.runs.size() && r < vu.runs.size(); ++r) {
-                    if (in.runs[r].mpps > 0) ratio.push_back(vu.runs[r].mpps / in.runs[r].mpps);
+                    if (in.runs[r].mpps > 0) {
+                        ratio.add(vu.runs[r].mpps / in.runs[r].mpps, vu.placement[r].placement,
+                                  in.placement[r].placement);
+                    }
                 }
-                const Stat s = stat_of(ratio);
-                std::printf("  %4u B q%-5u %-12s %.3f (%.3f–%.3f)\n", in.frame, in.queue,
-                            in.w.name.c_str(), s.median, s.min, s.max);
+                std::printf("  %4u B q%-5u %-12s %s  %s\n", in.frame, in.queue, in.w.name.c_str(),
+                            ratio.text().c_str(), ratio.by_class_text().c_str());
             }
         }
         std::printf("\nper packet (medians): backend/frontend CPU ns and cycles (thread CPU time × rdtsc rate), "
-                    "kicks, interrupts, weight requeues per 1000 pkts; drops by reason (sum of runs)\n");
-        std::printf("%-10s %-6s %-6s %-12s %9s %9s %9s %9s %8s %8s %7s %7s %10s %6s\n", "backend", "frame", "queue", "weight",
+                    "kicks, interrupts, weight requeues per 1000 pkts; drops by reason (sum of runs); "
+                    "the runs' placement\n");
+        std::printf("%-10s %-6s %-6s %-12s %9s %9s %9s %9s %8s %8s %7s %7s %10s %6s  %s\n", "backend", "frame", "queue", "weight",
                     "be ns", "fe ns", "be cyc", "fe cyc", "kicks", "irqs", "rxreq", "txreq", "tx-full",
-                    "other");
+                    "other", "placement");
         for (const Cell& c : cells) {
             auto med = [&](auto field) { return median_of(c.runs, field); };
             // Drops by reason, summed over the runs: the guest's tx ring was
@@ -229,7 +251,7 @@ void add_bench_pvp(CLI::App& bench) {
                 tx_full += r.drop_tx_full;
                 other += r.drop_other;
             }
-            std::printf("%-10s %-6u %-6u %-12s %9.1f %9.1f %9.0f %9.0f %8.4f %8.4f %7.2f %7.2f %10llu %6llu\n", tname(c.transport), c.frame,
+            std::printf("%-10s %-6u %-6u %-12s %9.1f %9.1f %9.0f %9.0f %8.4f %8.4f %7.2f %7.2f %10llu %6llu  %s\n", tname(c.transport), c.frame,
                         c.queue, c.w.name.c_str(),
                         med([](const auto& r) { return r.backend_cpu_ns_per_pkt; }),
                         med([](const auto& r) { return r.frontend_cpu_ns_per_pkt; }),
@@ -240,7 +262,7 @@ void add_bench_pvp(CLI::App& bench) {
                         med([](const auto& r) { return r.rx_requeue_per_kpkt; }),
                         med([](const auto& r) { return r.tx_requeue_per_kpkt; }),
                         static_cast<unsigned long long>(tx_full),
-                        static_cast<unsigned long long>(other));
+                        static_cast<unsigned long long>(other), placement_counts(c.placement).c_str());
         }
 
         if (!o->json.empty()) {
@@ -253,6 +275,7 @@ void add_bench_pvp(CLI::App& bench) {
             j["seconds"] = o->seconds;
             j["byte_weight"] = o->byte_weight;
             j["cycles_source"] = "thread CPU time (CLOCK_THREAD_CPUTIME_ID) x rdtsc rate";
+            j["placement_source"] = placement_source();
             for (const Cell& c : cells) {
                 nlohmann::json jc;
                 jc["frame_bytes"] = c.frame;
@@ -262,7 +285,8 @@ void add_bench_pvp(CLI::App& bench) {
                 jc["rx_pkt_weight"] = c.w.rx.pkts;
                 jc["tx_pkt_weight"] = c.w.tx.pkts;
                 std::vector<double> m;
-                for (const auto& r : c.runs) {
+                for (std::size_t ri = 0; ri < c.runs.size(); ++ri) {
+                    const auto& r = c.runs[ri];
                     m.push_back(r.mpps);
                     jc["runs"].push_back({{"ok", r.ok}, {"error", r.error}, {"mpps", r.mpps},
                                           {"window_s", r.window_s}, {"generated", r.generated},
@@ -278,19 +302,23 @@ void add_bench_pvp(CLI::App& bench) {
                                           {"rx_requeue_per_kpkt", r.rx_requeue_per_kpkt},
                                           {"tx_requeue_per_kpkt", r.tx_requeue_per_kpkt},
                                           {"rx_max_run_pkts", r.rx_max_run_pkts},
-                                          {"tx_max_run_pkts", r.tx_max_run_pkts}});
+                                          {"tx_max_run_pkts", r.tx_max_run_pkts},
+                                          {"placement", placement_json(c.placement[ri])}});
                 }
                 const Stat s = stat_of(m);
                 jc["mpps"] = {{"median", s.median}, {"min", s.min}, {"max", s.max}};
+                if (o->testpmd) jc["ratio_to_testpmd"] = testpmd_ratios(c).json();
                 j["cells"].push_back(jc);
             }
             for (const auto& [q, runs] : baseline) {
                 nlohmann::json jb;
                 jb["queue_size"] = q;
-                for (const auto& t : runs) {
+                for (std::size_t ri = 0; ri < runs.size(); ++ri) {
+                    const auto& t = runs[ri];
                     jb["runs"].push_back({{"ok", t.ok}, {"error", t.error}, {"mpps", t.mpps},
                                           {"vhost_side_mpps", t.vhost_side_mpps},
-                                          {"virtio_side_mpps", t.virtio_side_mpps}});
+                                          {"virtio_side_mpps", t.virtio_side_mpps},
+                                          {"placement", placement_json(baseline_placement[q][ri])}});
                 }
                 j["testpmd"].push_back(jb);
             }

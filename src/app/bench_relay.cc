@@ -5,6 +5,8 @@
 // each on freshly made namespaces and taps; medians with min–max of rounds.
 // ping runs both ways, A→B and B→A, at the seed's interval (-i 0.1); the
 // default columns are ordered so that neighbours differ by one mechanism.
+// A placement probe precedes each run; the 1-flow ratios against plain and
+// veth are taken within a round, overall and per placement class.
 #include <signal.h>
 #include <unistd.h>
 
@@ -45,6 +47,7 @@ struct Round {
     Cell<lab::PingReport> ping_ab, ping_ba;  ///< A pings B; B pings A
     std::vector<std::string> relay_argv;     ///< the relay's command line as run
     std::string relay_output;                ///< the relay's final counters line
+    bench::PlacementProbe placement;         ///< probed before the column's run
 };
 
 /// The seed's ping interval (002: "ping -i 0.1").
@@ -126,6 +129,7 @@ nlohmann::json to_json(const Round& r) {
     nlohmann::json j;
     j["relay_argv"] = r.relay_argv;
     j["relay_output"] = r.relay_output;
+    j["placement"] = placement_json(r.placement);
     if (!r.setup_error.empty()) {
         j["setup_error"] = r.setup_error;
         return j;
@@ -297,7 +301,10 @@ void add_bench_relay(CLI::App& bench) {
         for (int r = 0; r < o->repeat && !lab::abort_requested(); ++r) {
             for (std::size_t ci = 0; ci < cols.size() && !lab::abort_requested(); ++ci) {
                 const std::string tag = std::to_string(::getpid()) + "-" + std::to_string(done);
+                // The relay's threads are not pinned: probe the machine's first two CPUs.
+                const bench::PlacementProbe p = probe_before_run(-1, -1);
                 Round round = run_column(cols[ci], *o, exe, tag);
+                round.placement = p;
                 ++done;
                 std::string err = round.setup_error;
                 for (const auto& c : round.iperf) {
@@ -308,7 +315,8 @@ void add_bench_relay(CLI::App& bench) {
                     if (err.empty()) err = *e;
                 }
                 if (!err.empty()) all_ok = false;
-                std::fprintf(stderr, "[%zu/%zu] %-14s %s\n", done, total, cols[ci].name.c_str(),
+                std::fprintf(stderr, "[%zu/%zu] %-14s %-4s %4.0f ns %s\n", done, total,
+                             cols[ci].name.c_str(), bench::to_string(p.placement), p.round_trip_ns,
                              err.empty() ? "ok" : ("ERROR: " + err).c_str());
                 runs[ci].push_back(std::move(round));
             }
@@ -376,6 +384,13 @@ void add_bench_relay(CLI::App& bench) {
                 row("ping " + dir + " loss %", pg(&P::loss_pct, false), 1, false);
             }
         }
+        std::printf("%-22s", "placement");
+        for (std::size_t ci = 0; ci < cols.size(); ++ci) {
+            std::vector<bench::PlacementProbe> ps;
+            for (const Round& r : runs[ci]) ps.push_back(r.placement);
+            std::printf(" %-24s", placement_counts(ps).c_str());
+        }
+        std::printf("\n");
         if (!o->skip_latency) {
             std::printf("ping A>B: namespace A (the relay's guest tap) pings B (its host tap); "
                         "B>A the other way; %u each, -i %.1f\n",
@@ -402,6 +417,35 @@ void add_bench_relay(CLI::App& bench) {
             if (veth_s && veth_s->median > 0) std::printf(" %.0f%% of veth", 100 * s->median / veth_s->median);
         }
         std::printf("\n");
+        // The same against the plain and veth runs of each round.
+        const auto same_round = [&](std::size_t ci, const std::string& ref) {
+            RoundRatios ratio;
+            for (std::size_t ri = 0; ri < cols.size(); ++ri) {
+                if (cols[ri].name != ref) continue;
+                for (std::size_t r = 0; r < runs[ci].size() && r < runs[ri].size(); ++r) {
+                    const auto a = first_gbps(runs[ci][r]);
+                    const auto b = first_gbps(runs[ri][r]);
+                    if (a && b && *b > 0) {
+                        ratio.add(*a / *b, runs[ci][r].placement.placement,
+                                  runs[ri][r].placement.placement);
+                    }
+                }
+            }
+            return ratio;
+        };
+        std::printf("%u-flow Gbit/s, same-round ratios: median (min-max), then per placement class of "
+                    "both runs (mixed: they differ)\n",
+                    o->flows.front());
+        for (std::size_t ci = 0; ci < cols.size(); ++ci) {
+            if (cols[ci].veth) continue;
+            for (const char* ref : {"plain", "veth"}) {
+                if (cols[ci].name == ref) continue;
+                const RoundRatios ratio = same_round(ci, ref);
+                if (ratio.all().empty()) continue;
+                std::printf("  %-22s / %-5s %s  %s\n", cols[ci].name.c_str(), ref,
+                            ratio.text("%.3f (%.3f-%.3f)").c_str(), ratio.by_class_text().c_str());
+            }
+        }
         for (std::size_t ci = 0; ci < cols.size(); ++ci) {
             for (std::size_t ri = 0; ri < runs[ci].size(); ++ri) {
                 if (!runs[ci][ri].setup_error.empty()) {
@@ -425,10 +469,18 @@ void add_bench_relay(CLI::App& bench) {
                 "relay process, all threads: /proc/<pid>/task/*/schedstat run time x rdtsc rate, "
                 "per byte iperf3 received";
             j["bytes_per_pkt_source"] = "host-side interface rx_bytes / rx_packets over the run";
+            j["placement_source"] = placement_source();
+            // Each column's "same_round_gbps_ratio": against plain and veth, at this many flows.
+            j["same_round_gbps_ratio_flows"] = o->flows.front();
             for (std::size_t ci = 0; ci < cols.size(); ++ci) {
                 nlohmann::json jc{{"variant", cols[ci].name}, {"veth", cols[ci].veth},
                                   {"relay_args", cols[ci].relay_args}};
                 for (const Round& r : runs[ci]) jc["rounds"].push_back(to_json(r));
+                for (const char* ref : {"plain", "veth"}) {
+                    const RoundRatios ratio = same_round(ci, ref);
+                    if (!cols[ci].veth && cols[ci].name != ref && !ratio.all().empty())
+                        jc["same_round_gbps_ratio"][ref] = ratio.json();
+                }
                 j["columns"].push_back(jc);
             }
             std::ofstream f(o->json);

@@ -50,15 +50,6 @@ double ns_per_pkt(const bench::VirtioUserPeerResult& r) {
     return r.window_rx_pkts ? r.backend_cpu_s * 1e9 / static_cast<double>(r.window_rx_pkts) : 0;
 }
 
-// "median (min–max)", or "-" when no run gave a value.
-std::string fmt(const std::vector<double>& v, const char* f = "%.3f (%.3f–%.3f)") {
-    if (v.empty()) return "-";
-    const Stat s = stat_of(v);
-    char buf[96];
-    std::snprintf(buf, sizeof buf, f, s.median, s.min, s.max);
-    return buf;
-}
-
 std::string hex(uint64_t v) {
     char buf[24];
     std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
@@ -140,6 +131,7 @@ void add_bench_vhost_user(CLI::App& bench) {
             uint16_t queue;
             bool in_order;
             std::map<std::string, std::vector<bench::VirtioUserPeerResult>> runs;  // by backend
+            std::map<std::string, std::vector<bench::PlacementProbe>> placement{};  // before each run
         };
         std::vector<Cell> cells;
         for (uint32_t f : o->frames)
@@ -162,13 +154,16 @@ void add_bench_vhost_user(CLI::App& bench) {
                     cfg.seconds = o->seconds;
                     cfg.warmup_s = o->warmup;
                     cfg.hugepages = !o->no_hugepages;
+                    const bench::PlacementProbe p = probe_before_run(o->backend_cpu, o->client_cpu);
                     bench::VirtioUserPeerResult res = bench::run_virtio_user_peer(cfg);
                     ++done;
                     std::fprintf(stderr, "\r[%zu/%zu] %4u B q%-5u in_order=%d %-12s %7.3f Mpps%s   ",
                                  done, total, c.frame, c.queue, c.in_order, b.c_str(), res.rx_mpps,
                                  res.ok ? "" : (" ERROR: " + res.error + "\n").c_str());
+                    std::fprintf(stderr, "%s %.0f ns   ", bench::to_string(p.placement), p.round_trip_ns);
                     if (!res.ok) all_ok = false;
                     c.runs[b].push_back(std::move(res));
+                    c.placement[b].push_back(p);
                 }
             }
         }
@@ -182,12 +177,20 @@ void add_bench_vhost_user(CLI::App& bench) {
         };
         // pvnet / DPDK within each round where both ran.
         const auto ratios_of = [&](const Cell& c, const std::string& b) {
-            std::vector<double> v;
+            RoundRatios v;
             const auto& d = c.runs.at(kDpdk);
             const auto& p = c.runs.at(b);
             for (std::size_t r = 0; r < p.size() && r < d.size(); ++r)
-                if (p[r].ok && d[r].ok && d[r].rx_mpps > 0) v.push_back(p[r].rx_mpps / d[r].rx_mpps);
+                if (p[r].ok && d[r].ok && d[r].rx_mpps > 0)
+                    v.add(p[r].rx_mpps / d[r].rx_mpps, c.placement.at(b)[r].placement,
+                          c.placement.at(kDpdk)[r].placement);
             return v;
+        };
+        // Every run of the cell, all backends.
+        const auto cell_placement = [&](const Cell& c) {
+            std::vector<bench::PlacementProbe> all;
+            for (const auto& [b, ps] : c.placement) all.insert(all.end(), ps.begin(), ps.end());
+            return placement_counts(all);
         };
         const bool have_dpdk =
             std::find(o->backends.begin(), o->backends.end(), kDpdk) != o->backends.end();
@@ -198,11 +201,11 @@ void add_bench_vhost_user(CLI::App& bench) {
                     o->repeat);
         std::printf("%-6s %-6s %-8s", "frame", "queue", "in_order");
         for (const auto& b : o->backends) std::printf(" %24s", b.c_str());
-        std::printf("\n");
+        std::printf("  placement\n");
         for (const Cell& c : cells) {
             std::printf("%-6u %-6u %-8d", c.frame, c.queue, c.in_order);
             for (const auto& b : o->backends) std::printf(" %24s", fmt(mpps_of(c.runs.at(b))).c_str());
-            std::printf("\n");
+            std::printf("  %s\n", cell_placement(c).c_str());
         }
         if (have_dpdk && o->backends.size() > 1) {
             std::printf("\npvnet/DPDK: median (min–max) of same-round ratios\n%-6s %-6s %-8s", "frame",
@@ -213,8 +216,16 @@ void add_bench_vhost_user(CLI::App& bench) {
             for (const Cell& c : cells) {
                 std::printf("%-6u %-6u %-8d", c.frame, c.queue, c.in_order);
                 for (const auto& b : o->backends)
-                    if (b != kDpdk) std::printf(" %24s", fmt(ratios_of(c, b)).c_str());
+                    if (b != kDpdk) std::printf(" %24s", ratios_of(c, b).text().c_str());
                 std::printf("\n");
+            }
+            std::printf("\npvnet/DPDK by placement class of both runs (mixed: they differ): "
+                        "median ×rounds\n");
+            for (const Cell& c : cells) {
+                for (const auto& b : o->backends)
+                    if (b != kDpdk)
+                        std::printf("%-6u %-6u %-12s %s\n", c.frame, c.queue, b.c_str(),
+                                    ratios_of(c, b).by_class_text().c_str());
             }
         }
         std::printf("\nbackend CPU ns per packet (process utime+stime / client rx in the window; "
@@ -257,6 +268,7 @@ void add_bench_vhost_user(CLI::App& bench) {
             j["backends"] = o->backends;
             j["client"] = "dpdk-testpmd net_virtio_user, io fwd, start tx_first 32";
             j["cpu_source"] = "backend process /proc/PID/stat utime+stime over the window";
+            j["placement_source"] = placement_source();
             for (const Cell& c : cells) {
                 nlohmann::json jc;
                 jc["frame_bytes"] = c.frame;
@@ -275,13 +287,14 @@ void add_bench_vhost_user(CLI::App& bench) {
                              {"offered_features", hex(r.offered_features)},
                              {"features", hex(r.features)}, {"rx_path", r.rx_path},
                              {"tx_path", r.tx_path}});
+                        const std::size_t ri = jb["runs"].size() - 1;
+                        jb["runs"][ri]["placement"] = placement_json(c.placement.at(b)[ri]);
                     }
                     const Stat s = stat_of(mpps_of(c.runs.at(b)));
                     jb["mpps"] = {{"median", s.median}, {"min", s.min}, {"max", s.max}};
                     jb["negotiated"] = negotiated(c.runs.at(b));
                     if (have_dpdk && b != kDpdk) {
-                        const Stat q = stat_of(ratios_of(c, b));
-                        jb["ratio_to_dpdk"] = {{"median", q.median}, {"min", q.min}, {"max", q.max}};
+                        jb["ratio_to_dpdk"] = ratios_of(c, b).json();
                     }
                     jc["backends"][b] = jb;
                 }

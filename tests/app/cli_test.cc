@@ -2,12 +2,16 @@
 // value per option of every command, each run of the built binary checked
 // for CLI11's validation exit code (105), a message naming the option and
 // the value, and no sign of a run (no "ready", no progress, no table).
-// A few runs with values at the edges of the rules show those are accepted.
+// A few runs with values at the edges of the rules show those are accepted,
+// and one reads back what a bench records about each run (its placement).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -272,6 +276,38 @@ TEST(Cli, PvpRunsAtTheEdgesOfItsRules) {
         "--repeat 1 --seconds 0.01 --warmup 0 --backend-cpu -1 --frontend-cpu -1");
     EXPECT_EQ(r.status, 0) << r.output;
     EXPECT_EQ(r.output.find("ERROR"), std::string::npos) << r.output;
+}
+
+// Every run in the JSON carries the placement probe taken before it: a class
+// and, when the probe ran, a positive round trip (its size is the machine's).
+TEST(Cli, PvpJsonRecordsEachRunsPlacement) {
+    const std::string json = "/tmp/pvcli-placement-" + std::to_string(::getpid()) + ".json";
+    const Outcome r = run_pvnet(
+        "bench pvp --frame-bytes 64 --queue-sizes 256 --weights baseline,256 --repeat 2 "
+        "--seconds 0.01 --warmup 0 --backend-cpu -1 --frontend-cpu -1 --json " + json);
+    ASSERT_EQ(r.status, 0) << r.output;
+    std::ifstream in(json);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    std::remove(json.c_str());
+    ASSERT_FALSE(j.is_discarded());
+    EXPECT_TRUE(j.at("placement_source").is_string());
+    ASSERT_EQ(j.at("cells").size(), 2u);
+    for (const auto& c : j.at("cells")) {
+        ASSERT_EQ(c.at("runs").size(), 2u);
+        for (const auto& run : c.at("runs")) {
+            const auto& p = run.at("placement");
+            EXPECT_EQ(p.at("cpus"), nlohmann::json({0, 1})) << p;  // unpinned: the first two
+            const std::string cls = p.at("class");
+            if (cls == "unknown") {
+                EXPECT_TRUE(p.at("round_trip_ns").is_null()) << p;
+                EXPECT_TRUE(p.at("error").is_string()) << p;
+            } else {
+                EXPECT_TRUE(cls == "near" || cls == "far") << p;
+                EXPECT_GT(p.at("round_trip_ns").get<double>(), 0) << p;
+            }
+        }
+    }
+    EXPECT_NE(r.output.find("placement"), std::string::npos) << r.output;  // the table's column
 }
 
 // Two runs, not one: the smallest send buffer (one frame) together with tx
