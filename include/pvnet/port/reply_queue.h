@@ -95,7 +95,7 @@ private:
     ReplyQueue(notify::EventFd ev, std::unique_ptr<std::byte[]> arena, uint32_t slots,
                uint32_t slot_bytes, Publish publish) noexcept;
     std::byte* slot(uint64_t i) noexcept {
-        return arena_.get() + (i & (slots_ - 1)) * std::size_t{stride_};
+        return base_ + (i & (slots_ - 1)) * std::size_t{stride_};
     }
 
     alignas(64) std::atomic<uint64_t> tail_{0};  ///< published: what the reader may pop
@@ -105,10 +105,13 @@ private:
     alignas(64) uint64_t next_ = 0;
     Publish publish_;
     notify::EventFd ev_;
+    static uint32_t stride_for(uint32_t slot_bytes) noexcept;
+
     std::unique_ptr<std::byte[]> arena_;
+    std::byte* base_;  ///< slot 0: arena_'s first 64-byte aligned byte
     uint32_t slots_;
     uint32_t slot_bytes_;
-    uint32_t stride_;  ///< a 4-byte length, then the bytes, 8-aligned
+    uint32_t stride_;  ///< a 4-byte length, then the bytes; an odd number of cache lines
 };
 
 }  // namespace pvnet::port
