@@ -234,19 +234,24 @@ port::IcmpEchoPort::Ipv4 parse_ipv4(const std::string& s) {
 
 void run_serve(const ServeOptions& o) {
     const uint32_t max_frame = uint32_t{o.mtu} + kL2HdrBytes;
+    // A reflecting port's producer (run_tx) and reader (run_rx) are its
+    // pair's worker: polling, it needs no wake-up; in event mode, one per burst.
+    const auto publish = o.mode == "poll" ? port::ReplyQueue::Publish::SameThreadPoll
+                                          : port::ReplyQueue::Publish::PerBurst;
     if (!o.echo_ip.empty()) {
         const auto ip = parse_ipv4(o.echo_ip);
         run<port::IcmpEchoPort>(o, [&](unsigned dev, uint16_t) {
             // A locally administered MAC, one per device: 02:70:76 ("pv"), then the index.
             const port::IcmpEchoPort::Mac mac{0x02, 0x70, 0x76, 0, static_cast<uint8_t>(dev >> 8),
                                               static_cast<uint8_t>(dev + 1)};
-            auto p = port::IcmpEchoPort::create(ip, mac, max_frame);
+            auto p = port::IcmpEchoPort::create(ip, mac, max_frame,
+                                                port::IcmpEchoPort::kDefaultSlots, publish);
             if (!p) throw std::runtime_error("echo port: " + std::string(port::to_string(p.error())));
             return std::move(*p);
         });
     } else if (o.macswap) {
         run<port::MacswapPort>(o, [&](unsigned, uint16_t) {
-            auto p = port::MacswapPort::create(max_frame);
+            auto p = port::MacswapPort::create(max_frame, port::MacswapPort::kDefaultSlots, publish);
             if (!p) {
                 throw std::runtime_error("macswap port: " + std::string(port::to_string(p.error())));
             }

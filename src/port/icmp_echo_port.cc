@@ -61,9 +61,10 @@ std::string_view to_string(IcmpDrop d) noexcept {
 
 Result<std::unique_ptr<IcmpEchoPort>, PortError> IcmpEchoPort::create(Ipv4 addr, Mac mac,
                                                                       uint32_t max_frame_bytes,
-                                                                      uint32_t slots) noexcept {
+                                                                      uint32_t slots,
+                                                                      ReplyQueue::Publish publish) noexcept {
     if (max_frame_bytes < kEth + kArpBytes) return unexpected(PortError::BadFrameSize);
-    auto q = ReplyQueue::create(slots, kHdrBytes + max_frame_bytes);
+    auto q = ReplyQueue::create(slots, kHdrBytes + max_frame_bytes, publish);
     if (!q) return unexpected(q.error());
     std::unique_ptr<IcmpEchoPort> p(
         new (std::nothrow) IcmpEchoPort(std::move(*q), addr, mac, max_frame_bytes));

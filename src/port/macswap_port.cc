@@ -9,9 +9,10 @@
 namespace pvnet::port {
 
 Result<std::unique_ptr<MacswapPort>, PortError> MacswapPort::create(uint32_t max_frame_bytes,
-                                                                    uint32_t slots) noexcept {
+                                                                    uint32_t slots,
+                                                                    ReplyQueue::Publish publish) noexcept {
     if (max_frame_bytes < kEthHdrBytes) return unexpected(PortError::BadFrameSize);
-    auto q = ReplyQueue::create(slots, kHdrBytes + max_frame_bytes);
+    auto q = ReplyQueue::create(slots, kHdrBytes + max_frame_bytes, publish);
     if (!q) return unexpected(q.error());
     std::unique_ptr<MacswapPort> p(new (std::nothrow) MacswapPort(std::move(*q), max_frame_bytes));
     if (!p) return unexpected(PortError::SystemError);

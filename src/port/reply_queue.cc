@@ -1,5 +1,6 @@
 // ReplyQueue (see reply_queue.h). Slot i holds a uint32 length then the
-// bytes; head_ and tail_ are free-running slot counts.
+// bytes; head_, tail_ and next_ are free-running slot counts, head_ <= tail_
+// <= next_ (next_ - tail_ frames committed, not yet published).
 #include "pvnet/port/reply_queue.h"
 
 #include <cstring>
@@ -11,48 +12,64 @@
 namespace pvnet::port {
 
 Result<std::unique_ptr<ReplyQueue>, PortError> ReplyQueue::create(uint32_t slots,
-                                                                  uint32_t slot_bytes) noexcept {
+                                                                  uint32_t slot_bytes,
+                                                                  Publish publish) noexcept {
     if (slots < 2 || slots > kMaxSlots || (slots & (slots - 1)) != 0 || slot_bytes == 0 ||
         slot_bytes > (1u << 20)) {
         return unexpected(PortError::BadArenaSize);
     }
     auto ev = notify::EventFd::create();
     if (!ev) return unexpected(PortError::SystemError);
-    const uint32_t stride = (4 + slot_bytes + 7) & ~7u;
-    // Zeroed once here, so the pages are touched at setup, not per packet.
-    std::unique_ptr<std::byte[]> arena(new (std::nothrow) std::byte[std::size_t{stride} * slots]());
+    // Zeroed once here, so the pages are touched at setup, not per packet;
+    // a line more, to start the slots on one.
+    std::unique_ptr<std::byte[]> arena(
+        new (std::nothrow) std::byte[std::size_t{stride_for(slot_bytes)} * slots + 64]());
     if (!arena) return unexpected(PortError::SystemError);
     std::unique_ptr<ReplyQueue> q(
-        new (std::nothrow) ReplyQueue(std::move(*ev), std::move(arena), slots, slot_bytes));
+        new (std::nothrow) ReplyQueue(std::move(*ev), std::move(arena), slots, slot_bytes, publish));
     if (!q) return unexpected(PortError::SystemError);
     return q;
 }
 
 ReplyQueue::ReplyQueue(notify::EventFd ev, std::unique_ptr<std::byte[]> arena, uint32_t slots,
-                       uint32_t slot_bytes) noexcept
-    : ev_(std::move(ev)),
+                       uint32_t slot_bytes, Publish publish) noexcept
+    : publish_(publish),
+      ev_(std::move(ev)),
       arena_(std::move(arena)),
+      base_(arena_.get() + (64 - reinterpret_cast<uintptr_t>(arena_.get()) % 64) % 64),
       slots_(slots),
       slot_bytes_(slot_bytes),
-      stride_((4 + slot_bytes + 7) & ~7u) {}
+      stride_(stride_for(slot_bytes)) {}
+
+uint32_t ReplyQueue::stride_for(uint32_t slot_bytes) noexcept {
+    // An odd number of cache lines: consecutive slots start in different L1
+    // sets (1536 bytes, 24 lines, put every slot start in 8 of the 64).
+    const uint32_t lines = (4 + slot_bytes + 63) / 64;
+    return (lines | 1u) * 64;
+}
 
 std::byte* ReplyQueue::reserve() noexcept {
-    const uint64_t tail = tail_.load(std::memory_order_relaxed);  // our own word
     // ORDER: acquire pairs with pop()'s release of head_: the slot's old
     // frame has been copied out before we overwrite it.
-    if (tail - head_.load(std::memory_order_acquire) >= slots_) {
+    if (next_ - head_.load(std::memory_order_acquire) >= slots_) {
         stats.retry_full.add();
         return nullptr;
     }
-    return slot(tail) + 4;
+    return slot(next_) + 4;
 }
 
 void ReplyQueue::commit(uint32_t len) noexcept {
-    const uint64_t tail = tail_.load(std::memory_order_relaxed);
-    std::memcpy(slot(tail), &len, sizeof len);
-    // ORDER: release pairs with the consumer's acquire of tail_.
-    tail_.store(tail + 1, std::memory_order_release);
+    std::memcpy(slot(next_), &len, sizeof len);
+    ++next_;
     stats.queued.add();
+    if (publish_ != Publish::PerBurst) publish();
+}
+
+void ReplyQueue::publish() noexcept {
+    if (tail_.load(std::memory_order_relaxed) == next_) return;  // our own word
+    // ORDER: release pairs with the consumer's acquire of tail_.
+    tail_.store(next_, std::memory_order_release);
+    if (publish_ == Publish::SameThreadPoll) return;  // nobody sleeps on rx_fd()
     // ORDER: store tail_ -> load armed_; partner: pending()'s full_fence.
     ring::full_fence();
     if (armed_.load(std::memory_order_relaxed) && armed_.exchange(false, std::memory_order_relaxed)) {
@@ -63,6 +80,7 @@ void ReplyQueue::commit(uint32_t len) noexcept {
 bool ReplyQueue::pending() noexcept {
     const uint64_t head = head_.load(std::memory_order_relaxed);
     if (tail_.load(std::memory_order_acquire) != head) return true;
+    if (publish_ == Publish::SameThreadPoll) return false;  // asked again next round
     if (!armed_.load(std::memory_order_relaxed)) {
         // Empty: clear stale wakeups, arm, then look again (a frame may have
         // been committed before the producer could see armed_).
@@ -102,7 +120,10 @@ uint32_t ReplyQueue::pop(std::span<const iovec> dst) noexcept {
 
 uint64_t ReplyQueue::drain() noexcept {
     const uint64_t head = head_.load(std::memory_order_relaxed);
-    const uint64_t tail = tail_.load(std::memory_order_acquire);
+    // No producer call runs (the caller's contract), so its staged frames go
+    // too: none may reach the next session.
+    const uint64_t tail = next_;
+    tail_.store(tail, std::memory_order_relaxed);
     // ORDER: release pairs with reserve()'s acquire of head_ (as pop()).
     head_.store(tail, std::memory_order_release);
     stats.drop_session_end.add(tail - head);

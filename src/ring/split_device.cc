@@ -377,7 +377,11 @@ void SplitDeviceQueue::disable_notify() noexcept {
     if (broken()) return;
     // With EVENT_IDX the driver kicks only when it crosses avail_event, which
     // stays where enable_notify left it (vhost_disable_notify does the same).
-    if (!event_idx_) store_event(ptrs_.used_flags, virtio::VIRTQ_USED_F_NO_NOTIFY);
+    // Stored only when it changes (DPDK's ASSIGN_UNLESS_EQUAL): every run
+    // calls this, and a store would take the line from the driver reading it.
+    if (!event_idx_ && load_event(ptrs_.used_flags) != virtio::VIRTQ_USED_F_NO_NOTIFY) {
+        store_event(ptrs_.used_flags, virtio::VIRTQ_USED_F_NO_NOTIFY);
+    }
 }
 
 bool SplitDeviceQueue::rearm_notify(RingIdx event) noexcept {

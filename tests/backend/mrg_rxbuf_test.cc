@@ -329,5 +329,64 @@ TEST(MrgRx, PortDropGivesEveryChainBack) {
     }
 }
 
+// The one-chain fast path (recv_one_buffer) takes a known-length packet the
+// next chain holds; a chain whose first piece splits the header, and a
+// readable chain, go to the general path, with its results.
+TEST(MrgRx, KnownSmallLengthFillsOneChainWhateverItsPieces) {
+    Harness h({.size = 256, .mergeable_rx = true});
+    h.port.peek = true;
+    const std::vector<uint32_t> lens = {64, 100, 1514};
+    h.port.rx_lens = lens;
+    h.port.rx_left = lens.size();
+    ASSERT_EQ(h.add_rx(0), AddStatus::Ok);
+    // Chain 1: the header split 6 + 6 over two pieces 64 bytes apart.
+    constexpr uint32_t kGap = 64;
+    const Buf split[2] = {{Harness::slot_gpa(1), 6}, {Harness::slot_gpa(1) + kGap, 1984}};
+    ASSERT_EQ(h.rxd().add({}, std::span<const Buf>(split, 2), 1), AddStatus::Ok);
+    ASSERT_EQ(h.add_rx(2), AddStatus::Ok);
+    h.rxd().publish();
+    EXPECT_EQ(run_rx(h), lens.size());
+    EXPECT_EQ(h.stats().rx_merged_pkts.get(), 0u);
+    EXPECT_EQ(h.port.recv_calls, lens.size());
+    const std::vector<UsedBuf> used = Harness::reap(h.rxd());
+    ASSERT_EQ(used.size(), lens.size());
+    for (std::size_t i = 0; i < lens.size(); ++i) {
+        EXPECT_EQ(used[i].token, i);
+        EXPECT_EQ(used[i].len, lens[i]) << i;
+        const std::byte* b = h.host(Harness::slot_gpa(i));
+        Rx p;
+        if (i == 1) {
+            p.bytes.assign(b, b + 6);
+            p.bytes.insert(p.bytes.end(), b + kGap, b + kGap + (used[i].len - 6));
+        } else {
+            p.bytes.assign(b, b + used[i].len);
+        }
+        EXPECT_EQ(num_buffers_at(p.bytes.data()), 1u) << i;
+        EXPECT_EQ(check_rx(p), std::optional<uint64_t>(i)) << i;
+    }
+    EXPECT_FALSE(h.dev().rx_queue().broken());
+}
+
+TEST(MrgRx, KnownSmallLengthMeetsAReadableChainAsADefect) {
+    Harness h({.size = 256, .mergeable_rx = true});
+    h.port.peek = true;
+    h.port.rx_left = 1;
+    h.port.rx_len = 64;
+    const Buf bad{Harness::slot_gpa(0), 64};
+    ASSERT_EQ(h.rxd().add(std::span<const Buf>(&bad, 1), {}, 0), AddStatus::Ok);
+    ASSERT_EQ(h.add_rx(1), AddStatus::Ok);
+    h.rxd().publish();
+    EXPECT_EQ(run_rx(h), 2u) << "the defect, then the packet";
+    EXPECT_EQ(h.stats().rx_drop_bad_chain.get(), 1u);
+    const std::vector<UsedBuf> used = Harness::reap(h.rxd());
+    ASSERT_EQ(used.size(), 2u);
+    EXPECT_EQ(used[0].token, 0u);
+    EXPECT_EQ(used[0].len, 0u) << "the driver drops it as too short";
+    EXPECT_EQ(used[1].token, 1u);
+    EXPECT_EQ(used[1].len, 64u);
+    EXPECT_EQ(num_buffers_at(h.host(Harness::slot_gpa(1))), 1u);
+    EXPECT_EQ(h.port.rx_seq, 1u);
+}
+
 }  // namespace
 }  // namespace pvnet::backend

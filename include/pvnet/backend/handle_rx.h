@@ -8,8 +8,9 @@
 // Mergeable rx (VIRTIO_NET_F_MRG_RXBUF): a packet fills as many
 // single-buffer chains as it needs. A port that peeks (PeerPort) gives the
 // exact length: too few buffers for it and rx waits for the refill kick,
-// as vhost does. A port that cannot tell (a tap) gets room for the largest
-// frame that can arrive — 64 KiB with GUEST_TSO4/6/UFO, else the port's
+// as vhost does; when the next chain alone holds it (any small frame), it
+// is received straight into that chain (recv_one_buffer), nothing gathered.
+// A port that cannot tell (a tap) gets room for the largest frame that can arrive — 64 KiB with GUEST_TSO4/6/UFO, else the port's
 // MTU — and when the guest's posted buffers hold less, the frame is
 // received into them anyway: a drop is counted only when the frame that
 // arrived does not fit. Out of guest buffers, the port's fd leaves the
@@ -20,6 +21,9 @@
 // With VIRTIO_NET_F_HASH_REPORT the port writes into the chain without the
 // hash fields, which report_hash (hash_report.cc) then fills in.
 #pragma once
+
+#include <cstddef>
+#include <cstring>
 
 #include "pvnet/backend/vhost_net.h"
 
@@ -156,6 +160,11 @@ ring::PopStatus VhostNet<P>::recv_mergeable(Pair& p, uint32_t& bytes, uint32_t& 
     bool exact = false;
     if constexpr (port::HasPeekLen<P>) {
         if (const uint32_t n = port.peek_len(); n != 0) {
+            // Not past held chains: they must stay the last popped (release_rx_bufs).
+            if (ring::PopStatus st;
+                !hash_report_ && p.rx_bufs->held == 0 && recv_one_buffer(p, n, st, bytes, used)) {
+                return st;
+            }
             need = n + hdr_extra_;
             exact = true;
         }
@@ -190,6 +199,42 @@ ring::PopStatus VhostNet<P>::recv_mergeable(Pair& p, uint32_t& bytes, uint32_t& 
     used = finish_mergeable(p, nheads, niov, len);
     bytes = len < kHdrBytes ? 0 : len;
     return st;
+}
+
+template <port::Port P>
+bool VhostNet<P>::recv_one_buffer(Pair& p, uint32_t need, ring::PopStatus& st, uint32_t& bytes,
+                                  uint32_t& used) noexcept {
+    ring::SplitDeviceQueue& q = *p.rx.q;
+    ring::DescChain& c = *p.rx_chain;
+    st = q.pop(c);  // every descriptor rule checked, as on the general path
+    if (st != ring::PopStatus::Ok) return true;  // nothing gathered: as get_rx_bufs
+    if (c.out_num != 0 || c.in_bytes < need || c.writable()[0].iov_len < kHdrBytes) {
+        q.unpop(1);
+        return false;
+    }
+    const uint32_t len = ports_[p.index]->recv(c.writable());
+    // As finish_mergeable: a drop gives the chain back; a port that wrote no
+    // header returns it used with 0.
+    if (len < kHdrBytes) {
+        p.stats.rx_drop_no_room.add();
+        if (len == 0) {
+            q.unpop(1);
+        } else {
+            (void)q.add_used(c.head, 0);
+            used = 1;
+        }
+        return true;
+    }
+    // num_buffers (le16) = 1, into the header the port just wrote (its first
+    // piece holds the whole header, checked above).
+    const uint16_t one = virtio::host_to_le(uint16_t{1});
+    std::memcpy(static_cast<std::byte*>(c.writable()[0].iov_base) +
+                    offsetof(virtio::virtio_net_hdr, num_buffers),
+                &one, sizeof one);
+    (void)q.add_used(c.head, len);
+    used = 1;
+    bytes = len;
+    return true;
 }
 
 template <port::Port P>

@@ -113,6 +113,7 @@ uint32_t VhostNet<P>::run_tx(Pair& p, bool direct) noexcept {
         }
         pkts += burst;
         if (burst != 0) {
+            if constexpr (port::HasTxFlush<P>) port.flush_tx();
             q.flush_used();
             signal(p.tx, burst);
         }

@@ -81,6 +81,12 @@ private:
     /// the staged chains given back (0: all taken); `bytes` loses theirs.
     uint32_t flush_tx_batch(Pair& p, uint16_t after, uint32_t& sent, uint64_t& sent_bytes,
                             uint64_t& bytes) noexcept;
+    /// recv_mergeable's fast path for a packet of known length `need`: the
+    /// next chain alone holds it. True: handled (`st`, `bytes`, `used` as
+    /// recv_mergeable's); false: that chain is given back untouched, for the
+    /// general path (a bad chain, one too small, or a header split over pieces).
+    bool recv_one_buffer(Pair& p, uint32_t need, ring::PopStatus& st, uint32_t& bytes,
+                         uint32_t& used) noexcept;
     /// HASH_REPORT: the port receives into `chain` without the hash fields,
     /// which are then filled in. The chain's length (report_hash's).
     uint32_t recv_hashed(Pair& p, std::span<const iovec> chain) noexcept;

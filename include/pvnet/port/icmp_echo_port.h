@@ -58,7 +58,8 @@ public:
     using Mac = std::array<uint8_t, 6>;
 
     static Result<std::unique_ptr<IcmpEchoPort>, PortError> create(
-        Ipv4 addr, Mac mac, uint32_t max_frame_bytes, uint32_t slots = kDefaultSlots) noexcept;
+        Ipv4 addr, Mac mac, uint32_t max_frame_bytes, uint32_t slots = kDefaultSlots,
+        ReplyQueue::Publish publish = ReplyQueue::Publish::EachFrame) noexcept;
 
     bool rx_pending() noexcept { return q_->pending(); }
     uint32_t peek_len() noexcept { return q_->peek_len(); }
@@ -66,6 +67,8 @@ public:
     /// Answers an ARP request or echo request (Sent, reply queued); drops
     /// anything else (Dropped, counted); Retry when a reply finds the queue full.
     SendResult send(std::span<const iovec> src, uint32_t len) noexcept;
+    /// HasTxFlush: publishes the burst's replies (ReplyQueue::Publish::PerBurst).
+    void flush_tx() noexcept { q_->publish(); }
     int rx_fd() const noexcept { return q_->rx_fd(); }
     uint32_t max_frame_bytes() const noexcept { return max_frame_; }
     /// HasSession: replies still queued at a session's end are the departed
@@ -96,6 +99,7 @@ private:
 };
 
 static_assert(Port<IcmpEchoPort> && HasRxFd<IcmpEchoPort> && HasPeekLen<IcmpEchoPort> &&
-              HasMaxFrame<IcmpEchoPort> && HasSession<IcmpEchoPort>);
+              HasMaxFrame<IcmpEchoPort> && HasSession<IcmpEchoPort> &&
+              HasTxFlush<IcmpEchoPort>);
 
 }  // namespace pvnet::port

@@ -30,13 +30,16 @@ public:
 
     /// Frames up to `max_frame_bytes` (no virtio header); `slots` queued at most.
     static Result<std::unique_ptr<MacswapPort>, PortError> create(
-        uint32_t max_frame_bytes, uint32_t slots = kDefaultSlots) noexcept;
+        uint32_t max_frame_bytes, uint32_t slots = kDefaultSlots,
+        ReplyQueue::Publish publish = ReplyQueue::Publish::EachFrame) noexcept;
 
     bool rx_pending() noexcept { return q_->pending(); }
     uint32_t peek_len() noexcept { return q_->peek_len(); }
     uint32_t recv(std::span<const iovec> dst) noexcept { return q_->pop(dst); }
     /// Queues the frame MAC-swapped: Sent; Dropped (counted); Retry when full.
     SendResult send(std::span<const iovec> src, uint32_t len) noexcept;
+    /// HasTxFlush: publishes the burst's frames (ReplyQueue::Publish::PerBurst).
+    void flush_tx() noexcept { q_->publish(); }
     int rx_fd() const noexcept { return q_->rx_fd(); }
     uint32_t max_frame_bytes() const noexcept { return max_frame_; }
     /// HasSession: replies still queued at a session's end are the departed
@@ -59,6 +62,6 @@ private:
 };
 
 static_assert(Port<MacswapPort> && HasRxFd<MacswapPort> && HasPeekLen<MacswapPort> &&
-              HasMaxFrame<MacswapPort> && HasSession<MacswapPort>);
+              HasMaxFrame<MacswapPort> && HasSession<MacswapPort> && HasTxFlush<MacswapPort>);
 
 }  // namespace pvnet::port

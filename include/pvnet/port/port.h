@@ -91,6 +91,13 @@ concept HasTxFd = requires(const P& p) {
     { p.tx_fd() } noexcept -> std::convertible_to<int>;
 };
 
+/// Optional: called once at the end of each tx burst that sent anything, so
+/// a port that stages what send() took publishes it once per burst.
+template <typename P>
+concept HasTxFlush = requires(P& p) {
+    { p.flush_tx() } noexcept -> std::same_as<void>;
+};
+
 /// Optional: hdr+frame bytes of the next frame, 0 if unknown (vhost's
 /// peek_head_len), so mergeable rx gathers exactly the buffers it needs.
 template <typename P>

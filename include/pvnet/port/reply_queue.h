@@ -5,8 +5,15 @@
 // create(): no allocation per packet. A full queue is the port's Retry.
 //
 // rx_fd() (the worker's epoll, event mode) is an eventfd signalled when a
-// frame is queued after the reader found the queue empty (PeerPort's
+// frame is published after the reader found the queue empty (PeerPort's
 // arm-then-recheck scheme, so the reader is never left asleep).
+//
+// How frames are published is fixed at create() (Publish): each commit()
+// on its own (the default), once per producer burst (publish(), which the
+// device calls through the port's flush_tx at the end of each tx burst),
+// or, when the reader is the producer's own thread polling (serve --mode
+// poll: one worker runs a pair's tx and rx), without the store→load fence
+// and the eventfd that only a sleeping reader on another thread needs.
 #pragma once
 
 #include <sys/uio.h>
@@ -38,9 +45,17 @@ class ReplyQueue {
 public:
     static constexpr uint32_t kMaxSlots = 1u << 16;
 
+    /// When committed frames become visible to the reader, and how it is woken.
+    enum class Publish : uint8_t {
+        EachFrame,  ///< commit() publishes; a full fence and the wake-up check per frame
+        PerBurst,   ///< commit() stages; publish() publishes them, one fence and check per burst
+        SameThreadPoll,  ///< commit() publishes; the reader is this thread, polling:
+                         ///< no fence, rx_fd() never armed nor signalled
+    };
+
     /// `slots` (a power of two, 2..kMaxSlots) of `slot_bytes` each.
-    static Result<std::unique_ptr<ReplyQueue>, PortError> create(uint32_t slots,
-                                                                 uint32_t slot_bytes) noexcept;
+    static Result<std::unique_ptr<ReplyQueue>, PortError> create(
+        uint32_t slots, uint32_t slot_bytes, Publish publish = Publish::EachFrame) noexcept;
     ReplyQueue(const ReplyQueue&) = delete;
     ReplyQueue& operator=(const ReplyQueue&) = delete;
 
@@ -50,8 +65,11 @@ public:
     /// The next free slot (slot_bytes() long), or null when the queue is full
     /// (counted in retry_full). Nothing is visible until commit().
     std::byte* reserve() noexcept;
-    /// Publishes the reserved slot holding `len` (<= slot_bytes()) bytes.
+    /// Ends the reserved slot, holding `len` (<= slot_bytes()) bytes; published
+    /// now, or with PerBurst at the next publish().
     void commit(uint32_t len) noexcept;
+    /// Publishes every committed frame, and wakes an armed reader once.
+    void publish() noexcept;
 
     // ---- consumer (the port's rx_pending / peek_len / recv) ---------------
     /// A frame waits; when none does, arms rx_fd() for the next commit().
@@ -61,8 +79,8 @@ public:
     /// Copies the oldest frame into dst and frees its slot: its length, or 0
     /// if none waits or it does not fit (then dropped, rx_drop_no_room).
     uint32_t pop(std::span<const iovec> dst) noexcept;
-    /// Drops every queued frame (drop_session_end): the consumer's call.
-    /// Returns how many.
+    /// Drops every queued frame, published or staged (drop_session_end): the
+    /// consumer's call, with no producer call running. Returns how many.
     uint64_t drain() noexcept;
     /// Frames queued and not yet popped.
     uint64_t size() const noexcept {
@@ -75,19 +93,25 @@ public:
 
 private:
     ReplyQueue(notify::EventFd ev, std::unique_ptr<std::byte[]> arena, uint32_t slots,
-               uint32_t slot_bytes) noexcept;
+               uint32_t slot_bytes, Publish publish) noexcept;
     std::byte* slot(uint64_t i) noexcept {
-        return arena_.get() + (i & (slots_ - 1)) * std::size_t{stride_};
+        return base_ + (i & (slots_ - 1)) * std::size_t{stride_};
     }
 
-    alignas(64) std::atomic<uint64_t> tail_{0};
+    alignas(64) std::atomic<uint64_t> tail_{0};  ///< published: what the reader may pop
     alignas(64) std::atomic<uint64_t> head_{0};
     alignas(64) std::atomic<bool> armed_{false};
+    // The producer's own line: the next slot to reserve (tail_ + staged frames).
+    alignas(64) uint64_t next_ = 0;
+    Publish publish_;
     notify::EventFd ev_;
+    static uint32_t stride_for(uint32_t slot_bytes) noexcept;
+
     std::unique_ptr<std::byte[]> arena_;
+    std::byte* base_;  ///< slot 0: arena_'s first 64-byte aligned byte
     uint32_t slots_;
     uint32_t slot_bytes_;
-    uint32_t stride_;  ///< a 4-byte length, then the bytes, 8-aligned
+    uint32_t stride_;  ///< a 4-byte length, then the bytes; an odd number of cache lines
 };
 
 }  // namespace pvnet::port
