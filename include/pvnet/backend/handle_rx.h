@@ -13,10 +13,10 @@
 // A port that cannot tell (a tap) gets room for the largest frame that can
 // arrive — 64 KiB with GUEST_TSO4/6/UFO, else the port's MTU — and when the
 // guest's posted buffers hold less, the frame is received into them anyway: a
-// drop is counted only when the frame that arrived does not fit. Out of guest buffers, the port's fd leaves the
-// worker's epoll until a run drains the port again (vhost_net_disable_vq /
-// vhost_net_enable_vq): a readable port the guest has no room for must not
-// spin the worker.
+// drop is counted only when the frame that arrived does not fit. Out of guest
+// buffers, the port's fd leaves the worker's epoll until a run drains the port
+// again (vhost_net_disable_vq / vhost_net_enable_vq): a readable port the
+// guest has no room for must not spin the worker.
 //
 // With VIRTIO_NET_F_HASH_REPORT the port writes into the chain without the
 // hash fields, which report_hash (hash_report.cc) then fills in.
