@@ -80,9 +80,9 @@ TEST(VhostUserSession, InOrderIsOfferedAcceptedAndTheRingsRunWithIt) {
     full_setup(fe, g, kFeatures | in_order);
     EXPECT_NE(b.dev->features() & in_order, 0u);
     for (uint64_t s = 0; s < 8; ++s) packets_flow(b, g, s);
-    EXPECT_FALSE(b.dev->rx_queue().broken());
-    EXPECT_FALSE(b.dev->tx_queue().broken());
-    EXPECT_EQ(b.dev->tx_queue().stats().errors.get(ring::RingError::PushOutOfOrder), 0u);
+    // The counter, not the queues: those belong to the session's thread, which
+    // may be stopping them (TSan saw that race). A PushOutOfOrder breaks a vring.
+    EXPECT_EQ(b.dev->device_stats().vrings_broken.get(), 0u);
 }
 
 TEST(VhostUserServer, QemuLikeSetupMovesPacketsAndGetVringBaseStops) {
